@@ -1,0 +1,129 @@
+"""``infersight`` command line: set up, start, inspect and stop the local stack; run the tests.
+
+``bin/infersight`` makes the Python environment and then runs this module, so every command
+can rely on the pipeline extra being installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from infersight.stack.errors import StackError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stack(args: argparse.Namespace):
+    from infersight.stack import paths
+    from infersight.stack.ports import PortPlan
+    from infersight.stack.supervisor import Stack
+
+    state_dir = Path(args.state_dir) if args.state_dir else paths.stacks_dir() / args.stack
+    ports = PortPlan.from_base(args.base_port) if getattr(args, "base_port", None) else None
+    return Stack(state_dir, ports)
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    from infersight.stack import setup
+
+    seconds = setup.ensure_all()
+    print(f"[setup] ready in {seconds:.1f} s", flush=True)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    cmd_setup(args)
+    stack = _stack(args)
+    print(f"[up] stack '{stack.state_dir.name}' in {stack.state_dir}", flush=True)
+    seconds = stack.up()
+    print(f"[up] all components healthy in {seconds:.1f} s", flush=True)
+    _print_endpoints(stack)
+    return 0
+
+
+def _print_endpoints(stack) -> None:
+    lay = stack.layout
+    print(f"  Kafka bootstrap    {lay.kafka_bootstrap}")
+    for region in lay.regions:
+        print(f"  OTLP {region:<15}{lay.otlp_endpoint(region, 'grpc')} (gRPC), "
+              f"{lay.otlp_endpoint(region, 'http')} (HTTP)")
+    print(f"  Prometheus         {lay.prometheus_url}")
+    print(f"  Flink web UI       {lay.flink_rest_url}")
+    print("  stop with `bin/infersight down`; state and logs in", stack.state_dir)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    stack = _stack(args)
+    rows = stack.status()
+    if not any(r.running for r in rows):
+        print(f"stack '{stack.state_dir.name}' is not running ({stack.state_dir})")
+        return 1
+    print(f"{'component':<24}{'state':<9}{'pid':<8}{'ports':<64}log")
+    for r in rows:
+        state = "healthy" if r.healthy else ("running" if r.running else "stopped")
+        ports = ", ".join(f"{k}={v}" for k, v in r.ports.items()) or "-"
+        print(f"{r.name:<24}{state:<9}{r.pid or '-'!s:<8}{ports:<64}{r.log}")
+    return 0 if all(r.healthy for r in rows) else 2
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stack = _stack(args)
+    stopped = stack.down(wipe=args.wipe)
+    if not stopped:
+        print(f"stack '{stack.state_dir.name}' is not running; nothing to stop")
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    cmd_setup(args)
+    env = {**os.environ, "INFERSIGHT_SETUP_DONE": "1"}
+    cmd = [sys.executable, "-m", "pytest", *args.pytest_args]
+    print("[test]", " ".join(cmd[2:]), flush=True)
+    return subprocess.call(cmd, cwd=REPO_ROOT, env=env)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infersight", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def stack_opts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--stack", default="default", help="stack name (state under the cache folder)")
+        p.add_argument("--state-dir", help="explicit state folder (overrides --stack)")
+
+    sub.add_parser("setup", help="fetch and build everything the stack needs (idempotent)").set_defaults(
+        func=cmd_setup)
+    p = sub.add_parser("up", help="set up if needed, start the local stack, wait until healthy")
+    stack_opts(p)
+    p.add_argument("--base-port", type=int, help="lay every port out from this base (two stacks side by side)")
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("status", help="health, ports and log file of each component")
+    stack_opts(p)
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("down", help="stop the processes this stack started (data is kept)")
+    stack_opts(p)
+    p.add_argument("--wipe", action="store_true", help="also delete the stack's data")
+    p.set_defaults(func=cmd_down)
+    p = sub.add_parser("test", help="set up if needed and run the test suite (extra args go to pytest)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_test)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except StackError as exc:
+        print(f"error: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The telemetry contract: attribute names, Kafka topics and record schemas, owned in one place."""

@@ -1,0 +1,83 @@
+"""Every Kafka topic of the pipeline: name, payload, partitions and retention.
+
+Partition counts follow the parallelism the jobs can use on one node (a production
+cluster raises them; keys keep per-trace / per-series order either way). Retention is
+set per topic on purpose: raw OTLP is replayable for a day, derived streams for a week,
+the dead-letter topic for two weeks so nobody loses bad input before reading it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    payload: str
+    key: str
+    partitions: int
+    retention_ms: int
+    producer: str
+    description: str
+
+    def config(self) -> dict[str, str]:
+        return {
+            "retention.ms": str(self.retention_ms),
+            "cleanup.policy": "delete",
+            "compression.type": "producer",
+        }
+
+
+OTLP_SPANS = Topic(
+    "infersight.otlp.spans", "OTLP ExportTraceServiceRequest (protobuf)", "trace id",
+    partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
+    description="Every span from every region, region stamped as resource cloud.region.",
+)
+OTLP_METRICS = Topic(
+    "infersight.otlp.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "none",
+    partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
+    description="Pod metrics (queue depth, KV-cache use, GPU gauges) from every region.",
+)
+REQUESTS = Topic(
+    "infersight.requests", "per-request record (JSON)", "trace id",
+    partitions=3, retention_ms=7 * DAY_MS, producer="flink normalize job",
+    description="One normalised record per inference request.",
+)
+METRICS = Topic(
+    "infersight.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "series",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink metrics job",
+    description="Windowed metrics; the sink collector writes them to Prometheus.",
+)
+DLQ = Topic(
+    "infersight.dlq", "dead-letter record (JSON: reason, source topic/partition/offset, raw bytes)",
+    "none", partitions=1, retention_ms=14 * DAY_MS, producer="every flink job",
+    description="Telemetry that could not be decoded or broke the contract, with the reason.",
+)
+LATE = Topic(
+    "infersight.late", "per-request record (JSON)", "trace id",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink metrics job",
+    description="Records that arrived after their window closed; counted, never dropped.",
+)
+ANOMALIES = Topic(
+    "infersight.anomalies", "anomaly event (JSON)", "series",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink detect job",
+    description="Regional and cross-region anomaly events.",
+)
+QUALITY = Topic(
+    "infersight.quality", "quality/drift event (JSON)", "model",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink quality job",
+    description="Quality scores and drift events against a baseline.",
+)
+ROLLOUT_VERDICTS = Topic(
+    "infersight.rollout.verdicts", "canary verdict (JSON)", "model",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink canary job",
+    description="Canary-vs-stable verdicts per model rollout.",
+)
+
+ALL_TOPICS: tuple[Topic, ...] = (
+    OTLP_SPANS, OTLP_METRICS, REQUESTS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
+)

@@ -1,0 +1,266 @@
+"""The processes of one local stack: how each is prepared, launched and health-checked."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sysconfig
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infersight.stack import paths
+from infersight.stack.ports import PortPlan
+
+REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
+GATEWAY_MEMORY_LIMIT_MIB = 256
+SINK_MEMORY_LIMIT_MIB = 256
+KAFKA_HEAP = "-Xmx512m"
+
+
+@dataclass
+class Component:
+    """One supervised process."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    ports: dict[str, int]
+    healthy: Callable[[], bool]
+    env: dict[str, str] = field(default_factory=dict)
+    prepare: Callable[[], None] | None = None
+
+
+def http_ok(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return 200 <= resp.status < 300
+    except OSError:
+        return False
+
+
+def http_json(url: str, timeout: float = 1.0) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+
+
+class StackLayout:
+    """Paths and commands of one stack, derived from its state folder and port plan."""
+
+    def __init__(self, state_dir: Path, ports: PortPlan, regions: tuple[str, ...] = REGIONS) -> None:
+        if len(regions) != len(ports.gateways):
+            raise ValueError("one gateway port set per region")
+        self.state_dir = state_dir
+        self.ports = ports
+        self.regions = regions
+        self.logs = state_dir / "logs"
+        self.data = state_dir / "data"
+
+    @property
+    def host(self) -> str:
+        return self.ports.host
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{self.host}:{self.ports.kafka}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://{self.host}:{self.ports.prometheus}"
+
+    @property
+    def flink_rest_url(self) -> str:
+        return f"http://{self.host}:{self.ports.flink_rest}"
+
+    def otlp_endpoint(self, region: str, protocol: str = "grpc") -> str:
+        g = self.ports.gateways[self.regions.index(region)]
+        return f"http://{self.host}:{g.otlp_grpc if protocol == 'grpc' else g.otlp_http}"
+
+    @property
+    def flink_conf_dir(self) -> Path:
+        return self.state_dir / "flink-conf"
+
+    # -- components -------------------------------------------------------------------
+
+    def components(self) -> list[Component]:
+        return [
+            self.kafka(),
+            self.prometheus(),
+            *(self.gateway(i, r) for i, r in enumerate(self.regions)),
+            self.sink(),
+            self.flink_jobmanager(),
+            self.flink_taskmanager(),
+        ]
+
+    def kafka(self) -> Component:
+        from infersight.stack.kafka_admin import kafka_ready
+
+        conf = self.state_dir / "kafka" / "server.properties"
+        data = self.data / "kafka"
+        classpath = f"{paths.kafka_classpath_dir()}/*"
+        java = _java()
+        jvm = [KAFKA_HEAP, "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+               f"-Dlog4j2.configurationFile={paths.stack_config('kafka/log4j2.properties')}"]
+
+        def prepare() -> None:
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            data.mkdir(parents=True, exist_ok=True)
+            base = paths.stack_config("kafka/server.properties").read_text()
+            overrides = [
+                f"listeners=PLAINTEXT://{self.host}:{self.ports.kafka},"
+                f"CONTROLLER://{self.host}:{self.ports.kafka_controller}",
+                f"advertised.listeners=PLAINTEXT://{self.host}:{self.ports.kafka}",
+                f"controller.quorum.bootstrap.servers={self.host}:{self.ports.kafka_controller}",
+                f"log.dirs={data}",
+            ]
+            conf.write_text(base + "\n# native stack overrides\n" + "\n".join(overrides) + "\n")
+            if not (data / "meta.properties").exists():
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+                subprocess.run(
+                    [java, *jvm, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
+                     "-t", cluster_id, "-c", str(conf)],
+                    check=True, capture_output=True, text=True,
+                )
+
+        return Component(
+            name="kafka",
+            argv=[java, *jvm, "-cp", classpath, "kafka.Kafka", str(conf)],
+            log=self.logs / "kafka.log",
+            ports={"broker": self.ports.kafka, "controller": self.ports.kafka_controller},
+            healthy=lambda: kafka_ready(self.kafka_bootstrap),
+            prepare=prepare,
+        )
+
+    def prometheus(self) -> Component:
+        from infersight.stack.setup import prometheus_binary
+
+        return Component(
+            name="prometheus",
+            argv=[
+                str(prometheus_binary()),
+                f"--config.file={paths.stack_config('prometheus/prometheus.yml')}",
+                f"--storage.tsdb.path={self.data / 'prometheus'}",
+                f"--web.listen-address={self.host}:{self.ports.prometheus}",
+                "--web.enable-remote-write-receiver",
+                "--storage.tsdb.retention.time=15d",
+            ],
+            log=self.logs / "prometheus.log",
+            ports={"http": self.ports.prometheus},
+            healthy=lambda: http_ok(f"{self.prometheus_url}/-/ready"),
+        )
+
+    def _collector(self, name: str, config: str, health: int, telemetry: int, ports: dict[str, int],
+                   env: dict[str, str]) -> Component:
+        return Component(
+            name=name,
+            argv=[str(paths.otelcol_binary()), f"--config={paths.collector_config(config)}"],
+            log=self.logs / f"{name}.log",
+            ports={**ports, "health": health, "telemetry": telemetry},
+            healthy=lambda: http_ok(f"http://{self.host}:{health}/"),
+            env={
+                "INFERSIGHT_KAFKA_BROKERS": self.kafka_bootstrap,
+                "INFERSIGHT_HEALTH_ENDPOINT": f"{self.host}:{health}",
+                "INFERSIGHT_TELEMETRY_HOST": self.host,
+                "INFERSIGHT_TELEMETRY_PORT": str(telemetry),
+                **env,
+            },
+        )
+
+    def gateway(self, index: int, region: str) -> Component:
+        g = self.ports.gateways[index]
+        return self._collector(
+            f"gateway-{region}", "gateway.yaml", g.health, g.telemetry,
+            {"otlp_grpc": g.otlp_grpc, "otlp_http": g.otlp_http},
+            {
+                "INFERSIGHT_REGION": region,
+                "INFERSIGHT_OTLP_GRPC_ENDPOINT": f"{self.host}:{g.otlp_grpc}",
+                "INFERSIGHT_OTLP_HTTP_ENDPOINT": f"{self.host}:{g.otlp_http}",
+                "INFERSIGHT_QUEUE_DIR": str(self.data / f"gateway-{region}" / "queue"),
+                "INFERSIGHT_MEMORY_LIMIT_MIB": str(GATEWAY_MEMORY_LIMIT_MIB),
+            },
+        )
+
+    def sink(self) -> Component:
+        return self._collector(
+            "sink", "sink.yaml", self.ports.sink_health, self.ports.sink_telemetry, {},
+            {
+                "INFERSIGHT_PROMETHEUS_URL": self.prometheus_url,
+                "INFERSIGHT_MEMORY_LIMIT_MIB": str(SINK_MEMORY_LIMIT_MIB),
+            },
+        )
+
+    def _flink_env(self) -> dict[str, str]:
+        return {
+            "FLINK_CONF_DIR": str(self.flink_conf_dir),
+            "FLINK_LOG_DIR": str(self.logs / "flink"),
+            "FLINK_PID_DIR": str(self.state_dir / "flink-pids"),
+            # Thread mode loads pemja and pyflink from our environment.
+            "PYTHONPATH": sysconfig.get_paths()["purelib"],
+        }
+
+    def write_flink_conf(self) -> None:
+        """A private conf folder: pyflink's log4j files plus our config.yaml with this stack's ports."""
+        conf = self.flink_conf_dir
+        if conf.exists():
+            shutil.rmtree(conf)
+        shutil.copytree(paths.pyflink_home() / "conf", conf)
+        base = paths.stack_config("flink/config.yaml").read_text()
+        checkpoints = (self.data / "flink" / "checkpoints").as_uri()
+        overrides = {
+            "jobmanager.rpc.address": self.host,
+            "jobmanager.rpc.port": self.ports.flink_rpc,
+            "jobmanager.bind-host": self.host,
+            "taskmanager.host": self.host,
+            "taskmanager.bind-host": self.host,
+            "rest.address": self.host,
+            "rest.bind-address": self.host,
+            "rest.port": self.ports.flink_rest,
+            "execution.checkpointing.dir": checkpoints,
+            "execution.checkpointing.savepoint-dir": (self.data / "flink" / "savepoints").as_uri(),
+            "io.tmp.dirs": str(self.data / "flink" / "tmp"),
+            "python.executable": str(paths.venv_python()),
+            "python.client.executable": str(paths.venv_python()),
+        }
+        (self.data / "flink" / "tmp").mkdir(parents=True, exist_ok=True)
+        lines = [f"{k}: {json.dumps(v) if isinstance(v, str) else v}" for k, v in overrides.items()]
+        (conf / "config.yaml").write_text(base + "\n# native stack overrides\n" + "\n".join(lines) + "\n")
+
+    def flink_jobmanager(self) -> Component:
+        return Component(
+            name="flink-jobmanager",
+            argv=["bash", str(paths.pyflink_home() / "bin" / "jobmanager.sh"), "start-foreground"],
+            log=self.logs / "flink-jobmanager.log",
+            ports={"rest": self.ports.flink_rest, "rpc": self.ports.flink_rpc},
+            healthy=lambda: http_ok(f"{self.flink_rest_url}/config"),
+            env=self._flink_env(),
+            prepare=self.write_flink_conf,
+        )
+
+    def flink_taskmanager(self) -> Component:
+        def registered() -> bool:
+            overview = http_json(f"{self.flink_rest_url}/overview")
+            return bool(overview) and overview.get("taskmanagers", 0) >= 1
+
+        return Component(
+            name="flink-taskmanager",
+            argv=["bash", str(paths.pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"],
+            log=self.logs / "flink-taskmanager.log",
+            ports={},
+            healthy=registered,
+            env=self._flink_env(),
+        )
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java") or "java"

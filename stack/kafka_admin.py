@@ -1,0 +1,49 @@
+"""Kafka checks and topic creation through the real Kafka admin protocol (confluent-kafka)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from infersight.schemas.topics import ALL_TOPICS, Topic
+
+
+def _admin(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    # Quiet: a broker that is still starting is expected during health polling.
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 2000})
+
+
+def kafka_ready(bootstrap: str, timeout: float = 2.0) -> bool:
+    try:
+        metadata = _admin(bootstrap).list_topics(timeout=timeout)
+    except Exception:  # KafkaException while the broker is not up yet
+        return False
+    return bool(metadata.brokers)
+
+
+def existing_topics(bootstrap: str, timeout: float = 5.0) -> set[str]:
+    return set(_admin(bootstrap).list_topics(timeout=timeout).topics)
+
+
+def ensure_topics(bootstrap: str, topics: Iterable[Topic] = ALL_TOPICS) -> list[str]:
+    """Create the project's topics that are missing; returns the names created."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap)
+    have = set(admin.list_topics(timeout=10).topics)
+    missing = [t for t in topics if t.name not in have]
+    if not missing:
+        return []
+    futures = admin.create_topics(
+        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config())
+         for t in missing],
+        operation_timeout=30,
+    )
+    for name, future in futures.items():
+        try:
+            future.result()
+        except Exception as exc:  # already exists after a race is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    return [t.name for t in missing]

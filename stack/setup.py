@@ -1,0 +1,183 @@
+"""Idempotent set-up of everything the stack runs: Kafka and Flink jars (Maven), the otelcol
+build (OpenTelemetry Collector Builder) and Prometheus (Debian's package).
+
+Each step checks its cache first, prints what it does, and ends with a StackError naming the
+problem and the fix when a prerequisite is missing. The Python environment itself is made by
+``bin/infersight`` before this module can run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from infersight.stack import paths
+from infersight.stack.errors import StackError
+
+MIN_FREE_DISK_GIB = 3
+
+
+def log(msg: str) -> None:
+    print(f"[setup] {msg}", flush=True)
+
+
+def ensure_all() -> float:
+    """Everything the stack needs; returns seconds spent."""
+    t0 = time.monotonic()
+    _check_disk()
+    _require("java", "install a JDK 17+ (Debian: `apt-get install openjdk-17-jre-headless`)")
+    ensure_jars()
+    ensure_otelcol()
+    ensure_prometheus()
+    return time.monotonic() - t0
+
+
+def _check_disk() -> None:
+    cache = paths.cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    free_gib = shutil.disk_usage(cache).free / 2**30
+    if free_gib < MIN_FREE_DISK_GIB:
+        raise StackError(f"only {free_gib:.1f} GiB free on the disk holding {cache}",
+                         f"free at least {MIN_FREE_DISK_GIB} GiB, or point INFERSIGHT_CACHE at a larger disk")
+
+
+def _require(tool: str, fix: str) -> str:
+    found = shutil.which(tool)
+    if not found:
+        raise StackError(f"`{tool}` is not installed (or not on PATH)", fix)
+    return found
+
+
+def _run(cmd: list[str], what: str, fix: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+         log_file: Path | None = None) -> None:
+    """Run a set-up tool, printing a heartbeat so long builds show progress; raise StackError on failure."""
+    log_file = log_file or paths.cache_dir() / "logs" / f"{cmd[0].rsplit('/', 1)[-1]}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_file, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                cwd=cwd, stdin=subprocess.DEVNULL)
+        done = threading.Event()
+
+        def heartbeat() -> None:
+            while not done.wait(20):
+                log(f"  ... {what}: {time.monotonic() - t0:.0f} s")
+
+        threading.Thread(target=heartbeat, daemon=True).start()
+        rc = proc.wait()
+        done.set()
+    if rc != 0:
+        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-12:])
+        offline = any(s in tail for s in ("Could not transfer", "no such host", "dial tcp", "Temporary failure",
+                                          "Connection refused", "Network is unreachable", "403 Forbidden"))
+        problem = f"{what} failed (exit {rc}); last lines of {log_file}:\n{tail}"
+        if offline:
+            fix = "the package registry could not be reached or refused a download: check the network, then rerun"
+        raise StackError(problem, fix)
+
+
+# -- JVM artifacts ---------------------------------------------------------------------------
+
+def ensure_jars() -> None:
+    kafka_jar = paths.kafka_classpath_dir() / f"kafka_2.13-{paths.KAFKA_VERSION}.jar"
+    if kafka_jar.exists() and paths.flink_kafka_connector_jar().exists():
+        log("JVM artifacts: cached")
+        return
+    mvn = _require("mvn", "install Maven 3.8+ (Debian: `apt-get install maven`)")
+    log(f"JVM artifacts: Kafka {paths.KAFKA_VERSION} and the Flink Kafka connector "
+        f"{paths.FLINK_KAFKA_CONNECTOR_VERSION} from Maven Central ...")
+    _run([mvn, "-B", "-q", "-f", str(paths.resource("infersight.stack", "pom.xml")),
+          f"-Dinfersight.jars={paths.jars_dir()}",
+          f"-DbuildDirectory={paths.cache_dir() / 'maven-build'}",
+          "dependency:copy-dependencies@kafka", "dependency:copy@flink"],
+         "Maven download", "check that Maven Central is reachable, then rerun")
+    log(f"JVM artifacts: done ({paths.jars_dir()})")
+
+
+# -- otelcol ---------------------------------------------------------------------------------
+
+def otelcol_manifest_digest() -> str:
+    manifest = paths.collector_config("builder-config.yaml").read_bytes()
+    return hashlib.sha256(manifest).hexdigest()[:16]
+
+
+def ensure_otelcol() -> None:
+    binary = paths.otelcol_binary()
+    stamp = binary.with_suffix(".manifest-sha")
+    digest = otelcol_manifest_digest()
+    if binary.exists() and stamp.exists() and stamp.read_text() == digest:
+        log("otelcol: cached")
+        return
+    go = _require("go", "install Go 1.24+ (https://go.dev/doc/install or Debian's golang package)")
+    gocache = paths.go_dir()
+    env = {
+        "GOBIN": str(gocache / "bin"),
+        "GOMODCACHE": str(gocache / "mod"),
+        "GOCACHE": str(gocache / "build"),
+        "GOFLAGS": "-mod=mod",
+        "CGO_ENABLED": "0",
+    }
+    builder = gocache / "bin" / "builder"
+    builder_stamp = gocache / "bin" / "builder.version"
+    if not (builder.exists() and builder_stamp.exists()
+            and builder_stamp.read_text() == paths.OTELCOL_BUILDER_VERSION):
+        log(f"otelcol: installing the Collector Builder {paths.OTELCOL_BUILDER_VERSION} ...")
+        _run([go, "install", f"go.opentelemetry.io/collector/cmd/builder@{paths.OTELCOL_BUILDER_VERSION}"],
+             "go install builder", "check that the Go module proxy is reachable, then rerun", env=env)
+        builder_stamp.write_text(paths.OTELCOL_BUILDER_VERSION)
+    out_dir = paths.cache_dir() / "otelcol" / "build"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    log("otelcol: building from collectors/builder-config.yaml (first time: several minutes) ...")
+    _run([str(builder), f"--config={paths.collector_config('builder-config.yaml')}",
+          f"--output-path={out_dir}"],
+         "otelcol build", "see the log; the Go module proxy must be reachable", env=env)
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(out_dir / "otelcol-infersight", binary)
+    stamp.write_text(digest)
+    log(f"otelcol: built {binary}")
+
+
+# -- Prometheus ------------------------------------------------------------------------------
+
+def prometheus_binary() -> Path:
+    cached = paths.prometheus_dir() / "usr" / "bin" / "prometheus"
+    if cached.exists():
+        return cached
+    found = shutil.which("prometheus")
+    if found:
+        return Path(found)
+    return cached
+
+
+def ensure_prometheus() -> None:
+    if prometheus_binary().exists():
+        log(f"Prometheus: found {prometheus_binary()}")
+        return
+    apt = shutil.which("apt-get")
+    if not apt:
+        raise StackError(
+            "Prometheus is not installed and this machine has no apt-get",
+            "install Prometheus 2.42+ (your package manager, or the release tarball) so `prometheus` "
+            "is on PATH, then rerun",
+        )
+    log("Prometheus: fetching Debian's package (unpacked into the cache; no system service) ...")
+    debs = paths.cache_dir() / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    fix = "run `apt-get update` as root and check that Debian's mirror is reachable, then rerun"
+    try:
+        _run([apt, "download", "prometheus"], "apt-get download prometheus", fix, cwd=debs)
+    except StackError:
+        if os.geteuid() != 0:
+            raise
+        _run([apt, "update", "-qq"], "apt-get update", fix)
+        _run([apt, "download", "prometheus"], "apt-get download prometheus", fix, cwd=debs)
+    deb = sorted(debs.glob("prometheus_*.deb"))[-1]
+    target = paths.prometheus_dir()
+    shutil.rmtree(target, ignore_errors=True)
+    _run(["dpkg-deb", "-x", str(deb), str(target)], "unpacking prometheus", fix)
+    log(f"Prometheus: {prometheus_binary()}")
