@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from infersight.stack import paths
 from infersight.stack.ports import PortPlan
 
@@ -202,19 +204,46 @@ class StackLayout:
             "FLINK_CONF_DIR": str(self.flink_conf_dir),
             "FLINK_LOG_DIR": str(self.logs / "flink"),
             "FLINK_PID_DIR": str(self.state_dir / "flink-pids"),
-            # Thread mode loads pemja and pyflink from our environment.
-            "PYTHONPATH": sysconfig.get_paths()["purelib"],
+            # Thread mode runs Python inside the task manager (pemja), which reads PYTHONPATH but
+            # not .pth files: give it our package tree and the environment's site-packages.
+            "PYTHONPATH": f"{self.python_import_root()}:{sysconfig.get_paths()['purelib']}",
         }
 
+    def python_import_root(self) -> Path:
+        """A folder holding ``infersight/`` as Python sees it, made of symlinks to the sources.
+
+        An editable install maps ``infersight.<component>`` onto top-level folders through an
+        import hook registered by a .pth file; embedded interpreters skip .pth files, so they get
+        this tree instead. Symlinks keep it current as the sources change.
+        """
+        import importlib
+
+        import infersight
+
+        root = self.state_dir / "python"
+        pkg = root / "infersight"
+        if pkg.exists():
+            shutil.rmtree(pkg)
+        pkg.mkdir(parents=True)
+        top = Path(infersight.__file__).parent
+        for entry in top.iterdir():
+            if entry.suffix == ".py":
+                (pkg / entry.name).symlink_to(entry)
+        for component in ("schemas", "instrumentation", "collectors", "flink_jobs", "dashboards", "stack"):
+            module = importlib.import_module(f"infersight.{component}")
+            (pkg / component).symlink_to(Path(module.__file__).parent, target_is_directory=True)
+        return root
+
     def write_flink_conf(self) -> None:
-        """A private conf folder: pyflink's log4j files plus our config.yaml with this stack's ports."""
+        """A private conf folder: pyflink's files, its config.yaml (JVM module flags and all) with
+        our base settings and this stack's ports and folders laid over it."""
         conf = self.flink_conf_dir
         if conf.exists():
             shutil.rmtree(conf)
         shutil.copytree(paths.pyflink_home() / "conf", conf)
-        base = paths.stack_config("flink/config.yaml").read_text()
-        checkpoints = (self.data / "flink" / "checkpoints").as_uri()
-        overrides = {
+        settings = flatten_yaml(yaml.safe_load((conf / "config.yaml").read_text()) or {})
+        settings.update(flatten_yaml(yaml.safe_load(paths.stack_config("flink/config.yaml").read_text())))
+        settings.update({
             "jobmanager.rpc.address": self.host,
             "jobmanager.rpc.port": self.ports.flink_rpc,
             "jobmanager.bind-host": self.host,
@@ -223,15 +252,14 @@ class StackLayout:
             "rest.address": self.host,
             "rest.bind-address": self.host,
             "rest.port": self.ports.flink_rest,
-            "execution.checkpointing.dir": checkpoints,
+            "execution.checkpointing.dir": (self.data / "flink" / "checkpoints").as_uri(),
             "execution.checkpointing.savepoint-dir": (self.data / "flink" / "savepoints").as_uri(),
             "io.tmp.dirs": str(self.data / "flink" / "tmp"),
             "python.executable": str(paths.venv_python()),
             "python.client.executable": str(paths.venv_python()),
-        }
+        })
         (self.data / "flink" / "tmp").mkdir(parents=True, exist_ok=True)
-        lines = [f"{k}: {json.dumps(v) if isinstance(v, str) else v}" for k, v in overrides.items()]
-        (conf / "config.yaml").write_text(base + "\n# native stack overrides\n" + "\n".join(lines) + "\n")
+        (conf / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=True, width=100_000))
 
     def flink_jobmanager(self) -> Component:
         return Component(
@@ -264,3 +292,15 @@ def _java() -> str:
     if home and (Path(home) / "bin" / "java").exists():
         return str(Path(home) / "bin" / "java")
     return shutil.which("java") or "java"
+
+
+def flatten_yaml(tree: dict, prefix: str = "") -> dict:
+    """Nested YAML keys -> Flink's dotted keys (Flink reads both; one style avoids duplicates)."""
+    flat: dict = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_yaml(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat

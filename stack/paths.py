@@ -13,6 +13,7 @@ from pathlib import Path
 
 KAFKA_VERSION = "4.4.0"
 FLINK_KAFKA_CONNECTOR_VERSION = "5.0.0-2.2"
+ZSTD_JNI_VERSION = "1.5.7-17"
 OTELCOL_BUILDER_VERSION = "v0.165.0"
 
 
@@ -40,6 +41,11 @@ def flink_jars_dir() -> Path:
 
 def flink_kafka_connector_jar() -> Path:
     return flink_jars_dir() / f"flink-sql-connector-kafka-{FLINK_KAFKA_CONNECTOR_VERSION}.jar"
+
+
+def flink_job_jars() -> list[Path]:
+    """Jars every job ships: the Kafka connector and the zstd codec it leaves out."""
+    return [flink_kafka_connector_jar(), flink_jars_dir() / f"zstd-jni-{ZSTD_JNI_VERSION}.jar"]
 
 
 def go_dir() -> Path:

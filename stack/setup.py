@@ -85,7 +85,7 @@ def _run(cmd: list[str], what: str, fix: str, env: dict[str, str] | None = None,
 
 def ensure_jars() -> None:
     kafka_jar = paths.kafka_classpath_dir() / f"kafka_2.13-{paths.KAFKA_VERSION}.jar"
-    if kafka_jar.exists() and paths.flink_kafka_connector_jar().exists():
+    if kafka_jar.exists() and all(jar.exists() for jar in paths.flink_job_jars()):
         log("JVM artifacts: cached")
         return
     mvn = _require("mvn", "install Maven 3.8+ (Debian: `apt-get install maven`)")

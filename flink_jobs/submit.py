@@ -1,0 +1,53 @@
+"""Run infersight's PyFlink jobs on the local stack's Flink session cluster (``flink run``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import urllib.request
+
+from infersight.stack import paths
+from infersight.stack.errors import StackError
+
+
+def execution_environment():
+    """A StreamExecutionEnvironment with the Kafka connector on the job's classpath."""
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    jars = paths.flink_job_jars()
+    missing = [str(j) for j in jars if not j.exists()]
+    if missing:
+        raise StackError(f"Flink job jars are missing: {', '.join(missing)}", "run `bin/infersight setup`")
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.add_jars(*(j.as_uri() for j in jars))
+    return env
+
+
+def submit(layout, module: str, args: list[str], timeout_s: float = 180) -> str:
+    """Submit ``python -m <module> <args>`` to the stack's cluster, detached; returns the job id."""
+    python = str(paths.venv_python())
+    cmd = [
+        "bash", str(paths.pyflink_home() / "bin" / "flink"), "run", "--detached",
+        "-m", f"{layout.host}:{layout.ports.flink_rest}",
+        "-pyexec", python, "-pyclientexec", python,
+        "-pym", module, *args,
+    ]
+    env = {**os.environ, "FLINK_CONF_DIR": str(layout.flink_conf_dir), "FLINK_LOG_DIR": str(layout.logs / "flink")}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    match = re.search(r"JobID ([0-9a-f]{32})", proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not match:
+        raise StackError(f"submitting {module} to Flink failed:\n{(proc.stdout + proc.stderr)[-2000:]}",
+                         f"check the Flink logs in {layout.logs}")
+    return match.group(1)
+
+
+def job_state(layout, job_id: str) -> str:
+    with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}", timeout=5) as resp:
+        return json.loads(resp.read())["state"]
+
+
+def cancel(layout, job_id: str) -> None:
+    req = urllib.request.Request(f"{layout.flink_rest_url}/jobs/{job_id}?mode=cancel", method="PATCH")
+    urllib.request.urlopen(req, timeout=10).close()
