@@ -40,7 +40,7 @@ def ensure_topics(bootstrap: str, topics: Iterable[Topic] = ALL_TOPICS) -> list[
          for t in missing],
         operation_timeout=30,
     )
-    for name, future in futures.items():
+    for future in futures.values():
         try:
             future.result()
         except Exception as exc:  # already exists after a race is fine

@@ -1,0 +1,175 @@
+"""Port plans, config consistency and set-up error messages of the local stack."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infersight.schemas.topics import ALL_TOPICS, METRICS, OTLP_METRICS, OTLP_SPANS
+from infersight.stack import paths, setup
+from infersight.stack.components import StackLayout, flatten_yaml
+from infersight.stack.errors import StackError
+from infersight.stack.ports import PortPlan, port_in_use
+from infersight.stack.supervisor import Stack
+
+
+def all_ports(plan: PortPlan) -> list[int]:
+    return [p for _, p in plan.named()]
+
+
+@pytest.mark.parametrize("plan", [PortPlan.default(), PortPlan.from_base(20000), PortPlan.free()])
+def test_port_plans_have_distinct_ports(plan):
+    ports = all_ports(plan)
+    assert len(ports) == len(set(ports)) == 7 + 4 * 3
+    assert plan.host == "127.0.0.1"
+
+
+def test_two_stacks_from_different_bases_never_collide():
+    a, b = PortPlan.from_base(20000), PortPlan.from_base(20100)
+    assert not set(all_ports(a)) & set(all_ports(b))
+    assert not set(all_ports(a)) & set(all_ports(PortPlan.default()))
+
+
+def test_port_plan_round_trips_through_state():
+    plan = PortPlan.free()
+    assert PortPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_bad_base_port_is_a_clear_error():
+    with pytest.raises(StackError, match="base port 80"):
+        PortPlan.from_base(80)
+
+
+def test_port_in_use_detects_a_listener():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert port_in_use("127.0.0.1", s.getsockname()[1])
+
+
+def test_start_refuses_a_port_in_use_naming_it(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        plan = PortPlan.free()
+        plan = PortPlan.from_dict({**plan.to_dict(), "prometheus": busy})
+        with pytest.raises(StackError) as err:
+            Stack(tmp_path, plan, log=lambda _: None).up(timeout=5)
+    assert f"port {busy} (prometheus http)" in err.value.problem
+    assert "--base-port" in err.value.fix
+
+
+def test_stopping_a_stack_that_is_not_running_stops_nothing(tmp_path):
+    assert Stack(tmp_path, PortPlan.free(), log=lambda _: None).down() == []
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load(paths.collector_config(name).read_text())
+
+
+def test_gateway_writes_the_contract_topics_keyed_by_trace():
+    cfg = load("gateway.yaml")
+    spans, metrics = cfg["exporters"]["kafka/spans"], cfg["exporters"]["kafka/metrics"]
+    assert spans["traces"]["topic"] == OTLP_SPANS.name
+    assert metrics["metrics"]["topic"] == OTLP_METRICS.name
+    assert spans["partition_traces_by_id"] is True
+    for exporter in (spans, metrics):
+        assert exporter["traces" if exporter is spans else "metrics"]["encoding"] == "otlp_proto"
+        assert exporter["sending_queue"]["storage"] == "file_storage/queue"  # durable
+        assert exporter["retry_on_failure"]["max_elapsed_time"] == 0  # never gives up
+        assert exporter["producer"]["required_acks"] == -1
+    for pipeline in cfg["service"]["pipelines"].values():
+        assert pipeline["processors"][0] == "memory_limiter"
+        assert "resource/region" in pipeline["processors"]
+    region = cfg["processors"]["resource/region"]["attributes"][0]
+    assert region["key"] == "cloud.region" and region["action"] == "upsert"
+
+
+def test_sink_reads_the_metrics_topic_into_prometheus():
+    cfg = load("sink.yaml")
+    assert cfg["receivers"]["kafka"]["metrics"]["topics"] == [METRICS.name]
+    assert cfg["receivers"]["kafka"]["initial_offset"] == "earliest"
+    assert cfg["service"]["pipelines"]["metrics"]["exporters"] == ["prometheusremotewrite"]
+
+
+def test_builder_manifest_has_the_required_components():
+    manifest = yaml.safe_load(paths.collector_config("builder-config.yaml").read_text())
+    mods = " ".join(m["gomod"] for section in ("receivers", "exporters", "processors", "extensions")
+                    for m in manifest[section])
+    for name in ("otlpreceiver", "kafkareceiver", "kafkaexporter", "prometheusremotewriteexporter",
+                 "memorylimiterprocessor", "batchprocessor", "resourceprocessor", "filterprocessor",
+                 "filestorage", "healthcheckextension"):
+        assert f"/{name} v" in mods, name
+    assert all(" v0." in m["gomod"] for section in ("receivers", "exporters") for m in manifest[section])
+
+
+def test_topics_have_deliberate_partitions_and_retention():
+    names = [t.name for t in ALL_TOPICS]
+    assert len(names) == len(set(names))
+    for t in ALL_TOPICS:
+        assert t.partitions >= 1 and t.retention_ms >= 3_600_000
+        assert t.config()["retention.ms"] == str(t.retention_ms)
+
+
+def test_flink_conf_keeps_pyflink_jvm_flags_and_sets_our_ports(tmp_path):
+    layout = StackLayout(tmp_path, PortPlan.free())
+    layout.write_flink_conf()
+    conf = yaml.safe_load((layout.flink_conf_dir / "config.yaml").read_text())
+    assert conf["rest.port"] == layout.ports.flink_rest
+    assert conf["jobmanager.rpc.port"] == layout.ports.flink_rpc
+    assert "--add-opens=java.base/java.util=ALL-UNNAMED" in conf["env.java.opts.all"]
+    assert conf["python.executable"] == str(paths.venv_python())
+    assert conf["execution.checkpointing.dir"].startswith("file://")
+
+
+def test_flatten_yaml():
+    assert flatten_yaml({"a": {"b": {"c": 1}, "d": "x"}, "e": 2}) == {"a.b.c": 1, "a.d": "x", "e": 2}
+
+
+def test_python_import_root_exposes_every_component(tmp_path):
+    root = StackLayout(tmp_path, PortPlan.free()).python_import_root()
+    for component in ("schemas", "stack", "flink_jobs", "collectors", "instrumentation", "dashboards"):
+        assert (root / "infersight" / component / "__init__.py").is_file()
+
+
+def test_setup_failure_from_an_unreachable_registry_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERSIGHT_CACHE", str(tmp_path))
+    with pytest.raises(StackError) as err:
+        setup._run(["bash", "-c", "echo 'Could not transfer artifact x from central'; exit 1"],
+                   "Maven download", "generic fix")
+    assert "Maven download failed" in err.value.problem
+    assert "registry could not be reached" in err.value.fix
+
+
+def test_missing_tool_is_a_clear_error():
+    with pytest.raises(StackError, match="`no-such-tool-xyz` is not installed"):
+        setup._require("no-such-tool-xyz", "install it")
+
+
+def test_full_disk_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFERSIGHT_CACHE", str(tmp_path))
+    monkeypatch.setattr(setup.shutil, "disk_usage", lambda _: type("U", (), {"free": 2**20})())
+    with pytest.raises(StackError, match="GiB free"):
+        setup._check_disk()
+
+
+def test_cli_reports_errors_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "infersight.cli", "down", "--state-dir", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "not running; nothing to stop" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "infersight.cli", "status", "--state-dir", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "is not running" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "infersight.cli", "up", "--state-dir", str(tmp_path),
+                          "--base-port", "80"], capture_output=True, text=True,
+                         env={**__import__("os").environ, "INFERSIGHT_CACHE": str(paths.cache_dir())})
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: base port 80") and "Traceback" not in out.stderr
+    assert Path(tmp_path).exists()
