@@ -27,14 +27,17 @@ def execution_environment():
 
 def submit(layout, module: str, args: list[str], timeout_s: float = 180) -> str:
     """Submit ``python -m <module> <args>`` to the stack's cluster, detached; returns the job id."""
-    python = str(paths.venv_python())
+    # The interpreter of the task managers' machine: ours natively, the image's in containers.
+    python = str(getattr(layout, "flink_python", paths.venv_python()))
     cmd = [
         "bash", str(paths.pyflink_home() / "bin" / "flink"), "run", "--detached",
         "-m", f"{layout.host}:{layout.ports.flink_rest}",
-        "-pyexec", python, "-pyclientexec", python,
+        "-pyexec", python, "-pyclientexec", str(paths.venv_python()),
         "-pym", module, *args,
     ]
-    env = {**os.environ, "FLINK_CONF_DIR": str(layout.flink_conf_dir), "FLINK_LOG_DIR": str(layout.logs / "flink")}
+    env = dict(os.environ)
+    if hasattr(layout, "flink_conf_dir"):  # native stack: its client config and log folder
+        env.update(FLINK_CONF_DIR=str(layout.flink_conf_dir), FLINK_LOG_DIR=str(layout.logs / "flink"))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     match = re.search(r"JobID ([0-9a-f]{32})", proc.stdout + proc.stderr)
     if proc.returncode != 0 or not match:

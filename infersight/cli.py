@@ -30,6 +30,9 @@ def _stack(args: argparse.Namespace):
 def cmd_setup(args: argparse.Namespace) -> int:
     from infersight.stack import setup
 
+    if getattr(args, "only", None) == "jars":  # container images need only the JVM artifacts
+        setup.ensure_jars()
+        return 0
     seconds = setup.ensure_all()
     print(f"[setup] ready in {seconds:.1f} s", flush=True)
     return 0
@@ -78,6 +81,27 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_topics(args: argparse.Namespace) -> int:
+    from infersight.stack.kafka_admin import ensure_topics, wait_ready
+
+    wait_ready(args.bootstrap, timeout_s=args.wait)
+    created = ensure_topics(args.bootstrap)
+    print(f"topics created: {', '.join(created) or 'none (all exist)'}")
+    return 0
+
+
+def cmd_flink_node(args: argparse.Namespace) -> int:
+    """Run a Flink job or task manager in the foreground (the container image's entry point)."""
+    from infersight.stack import flink_config, paths
+
+    conf = flink_config.write_conf(Path(args.conf_dir),
+                                   flink_config.container_overrides(args.rpc_address, Path(args.data_dir)))
+    os.environ["FLINK_CONF_DIR"] = str(conf)
+    script = paths.pyflink_home() / "bin" / f"{args.role}.sh"
+    os.execvp("bash", ["bash", str(script), "start-foreground"])
+    return 1  # not reached
+
+
 def cmd_test(args: argparse.Namespace) -> int:
     cmd_setup(args)
     env = {**os.environ, "INFERSIGHT_SETUP_DONE": "1"}
@@ -94,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--stack", default="default", help="stack name (state under the cache folder)")
         p.add_argument("--state-dir", help="explicit state folder (overrides --stack)")
 
-    sub.add_parser("setup", help="fetch and build everything the stack needs (idempotent)").set_defaults(
-        func=cmd_setup)
+    p = sub.add_parser("setup", help="fetch and build everything the stack needs (idempotent)")
+    p.add_argument("--only", choices=["jars"], help="only this part (container images)")
+    p.set_defaults(func=cmd_setup)
     p = sub.add_parser("up", help="set up if needed, start the local stack, wait until healthy")
     stack_opts(p)
     p.add_argument("--base-port", type=int, help="lay every port out from this base (two stacks side by side)")
@@ -107,6 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     stack_opts(p)
     p.add_argument("--wipe", action="store_true", help="also delete the stack's data")
     p.set_defaults(func=cmd_down)
+    p = sub.add_parser("topics", help="create the project's Kafka topics on any cluster (idempotent)")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the broker")
+    p.set_defaults(func=cmd_topics)
+    p = sub.add_parser("flink-node", help="run a Flink node in the foreground (docker-compose)")
+    p.add_argument("role", choices=["jobmanager", "taskmanager"])
+    p.add_argument("--rpc-address", default="jobmanager")
+    p.add_argument("--conf-dir", default="/tmp/infersight-flink-conf")
+    p.add_argument("--data-dir", default="/var/lib/infersight/flink")
+    p.set_defaults(func=cmd_flink_node)
     p = sub.add_parser("test", help="set up if needed and run the test suite (extra args go to pytest)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_test)

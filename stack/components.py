@@ -14,9 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from infersight.stack import paths
+from infersight.stack import flink_config, paths
 from infersight.stack.ports import PortPlan
 
 REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
@@ -235,15 +233,9 @@ class StackLayout:
         return root
 
     def write_flink_conf(self) -> None:
-        """A private conf folder: pyflink's files, its config.yaml (JVM module flags and all) with
-        our base settings and this stack's ports and folders laid over it."""
-        conf = self.flink_conf_dir
-        if conf.exists():
-            shutil.rmtree(conf)
-        shutil.copytree(paths.pyflink_home() / "conf", conf)
-        settings = flatten_yaml(yaml.safe_load((conf / "config.yaml").read_text()) or {})
-        settings.update(flatten_yaml(yaml.safe_load(paths.stack_config("flink/config.yaml").read_text())))
-        settings.update({
+        data = self.data / "flink"
+        (data / "tmp").mkdir(parents=True, exist_ok=True)
+        flink_config.write_conf(self.flink_conf_dir, {
             "jobmanager.rpc.address": self.host,
             "jobmanager.rpc.port": self.ports.flink_rpc,
             "jobmanager.bind-host": self.host,
@@ -252,14 +244,10 @@ class StackLayout:
             "rest.address": self.host,
             "rest.bind-address": self.host,
             "rest.port": self.ports.flink_rest,
-            "execution.checkpointing.dir": (self.data / "flink" / "checkpoints").as_uri(),
-            "execution.checkpointing.savepoint-dir": (self.data / "flink" / "savepoints").as_uri(),
-            "io.tmp.dirs": str(self.data / "flink" / "tmp"),
-            "python.executable": str(paths.venv_python()),
-            "python.client.executable": str(paths.venv_python()),
+            "execution.checkpointing.dir": (data / "checkpoints").as_uri(),
+            "execution.checkpointing.savepoint-dir": (data / "savepoints").as_uri(),
+            "io.tmp.dirs": str(data / "tmp"),
         })
-        (self.data / "flink" / "tmp").mkdir(parents=True, exist_ok=True)
-        (conf / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=True, width=100_000))
 
     def flink_jobmanager(self) -> Component:
         return Component(
@@ -293,14 +281,3 @@ def _java() -> str:
         return str(Path(home) / "bin" / "java")
     return shutil.which("java") or "java"
 
-
-def flatten_yaml(tree: dict, prefix: str = "") -> dict:
-    """Nested YAML keys -> Flink's dotted keys (Flink reads both; one style avoids duplicates)."""
-    flat: dict = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten_yaml(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat

@@ -22,6 +22,19 @@ def kafka_ready(bootstrap: str, timeout: float = 2.0) -> bool:
     return bool(metadata.brokers)
 
 
+def wait_ready(bootstrap: str, timeout_s: float = 60.0) -> None:
+    import time
+
+    from infersight.stack.errors import StackError
+
+    deadline = time.monotonic() + timeout_s
+    while not kafka_ready(bootstrap):
+        if time.monotonic() > deadline:
+            raise StackError(f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f} s",
+                             "start Kafka first, or pass the right --bootstrap address")
+        time.sleep(1)
+
+
 def existing_topics(bootstrap: str, timeout: float = 5.0) -> set[str]:
     return set(_admin(bootstrap).list_topics(timeout=timeout).topics)
 

@@ -93,6 +93,7 @@ def ensure_jars() -> None:
         f"{paths.FLINK_KAFKA_CONNECTOR_VERSION} from Maven Central ...")
     _run([mvn, "-B", "-q", "-f", str(paths.resource("infersight.stack", "pom.xml")),
           f"-Dinfersight.jars={paths.jars_dir()}",
+          f"-Dmaven.repo.local={paths.cache_dir() / 'm2'}",
           f"-DbuildDirectory={paths.cache_dir() / 'maven-build'}",
           "dependency:copy-dependencies@kafka", "dependency:copy@flink"],
          "Maven download", "check that Maven Central is reachable, then rerun")

@@ -10,8 +10,9 @@ import yaml
 
 from infersight.schemas.topics import ALL_TOPICS, METRICS, OTLP_METRICS, OTLP_SPANS
 from infersight.stack import paths, setup
-from infersight.stack.components import StackLayout, flatten_yaml
+from infersight.stack.components import StackLayout
 from infersight.stack.errors import StackError
+from infersight.stack.flink_config import flatten_yaml
 from infersight.stack.ports import PortPlan, port_in_use
 from infersight.stack.supervisor import Stack
 

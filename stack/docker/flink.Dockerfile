@@ -1,0 +1,21 @@
+# Flink with PyFlink for docker-compose: the same Flink the native stack runs (the distribution
+# inside the apache-flink wheel), the same config (stack/config/flink/config.yaml merged by
+# infersight.stack.flink_config), the same jars (stack/pom.xml) and the infersight jobs.
+FROM python:3.11-slim-bookworm
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven procps \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/infersight
+COPY pyproject.toml requirements.lock README.md ./
+COPY infersight ./infersight
+COPY schemas ./schemas
+COPY instrumentation ./instrumentation
+COPY collectors ./collectors
+COPY flink_jobs ./flink_jobs
+COPY dashboards ./dashboards
+COPY stack ./stack
+RUN pip install --no-cache-dir -c requirements.lock ".[pipeline]" \
+ && INFERSIGHT_CACHE=/opt/infersight/cache infersight setup --only jars
+ENV INFERSIGHT_CACHE=/opt/infersight/cache
+ENTRYPOINT ["infersight", "flink-node"]
+CMD ["jobmanager"]
