@@ -143,13 +143,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default="/var/lib/infersight/flink")
     p.set_defaults(func=cmd_flink_node)
     p = sub.add_parser("test", help="set up if needed and run the test suite (extra args go to pytest)")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    p.add_argument("pytest_args", nargs="*", help="passed to pytest as they are")
     p.set_defaults(func=cmd_test)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["test"] and argv[1:2] not in (["-h"], ["--help"]):
+        # Everything after `test` belongs to pytest, options included.
+        args = argparse.Namespace(func=cmd_test, pytest_args=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except StackError as exc:
