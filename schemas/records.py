@@ -1,0 +1,140 @@
+"""The per-request record: one flat row per inference request, used downstream of the normaliser.
+
+``validate`` returns every contract violation, each naming its field, so the dead-letter topic can say
+exactly what was wrong; it never raises on bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from infersight.schemas.attributes import TRACKS
+
+FINISH_REASONS = ("stop", "length", "abort", "error", "content_filter", "tool_calls")
+_DURATIONS = ("ttft_s", "e2e_s", "queue_s", "prefill_s", "decode_s",
+              "itl_mean_s", "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_max_s")
+_COUNTS = ("itl_count", "tokens_in", "tokens_out", "tokens_cached")
+_SLACK_S = 1e-6  # float rounding between stage sums and the end-to-end duration
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    trace_id: str
+    region: str
+    model: str
+    start_ns: int
+    end_ns: int
+    e2e_s: float
+    model_version: str = ""
+    track: str = "stable"
+    engine: str = "custom"
+    ttft_s: float | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    itl_count: int = 0
+    itl_mean_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p90_s: float | None = None
+    itl_p99_s: float | None = None
+    itl_max_s: float | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    finish_reason: str | None = None
+    error_type: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+_REQUIRED = ("trace_id", "region", "model", "start_ns", "end_ns", "e2e_s")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate(record: RequestRecord | dict[str, Any]) -> list[str]:
+    """Contract violations of one record (empty when valid); each message starts with the field name."""
+    data = record.to_dict() if isinstance(record, RequestRecord) else dict(record)
+    problems: list[str] = []
+    for name in _REQUIRED:
+        if data.get(name) is None:
+            problems.append(f"{name}: missing")
+    for name in sorted(set(data) - set(RECORD_FIELDS)):
+        problems.append(f"{name}: not a field of the request record")
+
+    trace_id = data.get("trace_id")
+    if trace_id is not None and not (isinstance(trace_id, str) and len(trace_id) == 32
+                                     and all(c in "0123456789abcdef" for c in trace_id)
+                                     and trace_id != "0" * 32):
+        problems.append(f"trace_id: {trace_id!r} is not 32 lowercase hex digits (non-zero)")
+    for name in ("region", "model"):
+        value = data.get(name)
+        if value is not None and not (isinstance(value, str) and value):
+            problems.append(f"{name}: must be a non-empty string, got {value!r}")
+    track = data.get("track", "stable")
+    if track not in TRACKS:
+        problems.append(f"track: {track!r} is not one of {', '.join(TRACKS)}")
+    for name in ("start_ns", "end_ns"):
+        value = data.get(name)
+        if value is not None and not (_is_int(value) and value > 0):
+            problems.append(f"{name}: must be a positive integer of nanoseconds, got {value!r}")
+    start, end = data.get("start_ns"), data.get("end_ns")
+    if _is_int(start) and _is_int(end) and end < start:
+        problems.append(f"end_ns: {end} is before start_ns {start}")
+
+    for name in _DURATIONS:
+        value = data.get(name)
+        if value is None:
+            continue
+        if not _is_number(value):
+            problems.append(f"{name}: must be a finite number of seconds, got {value!r}")
+        elif value < 0:
+            problems.append(f"{name}: negative duration {value}")
+    for name in _COUNTS:
+        value = data.get(name, 0)
+        if not _is_int(value) or value < 0:
+            problems.append(f"{name}: must be a non-negative integer, got {value!r}")
+    if problems:
+        return problems  # the cross-field checks below assume well-typed fields
+
+    e2e = data["e2e_s"]
+    if e2e > (end - start) / 1e9 + _SLACK_S:
+        problems.append(f"e2e_s: {e2e} exceeds end_ns - start_ns")
+    for name in ("ttft_s", "queue_s", "prefill_s", "decode_s"):
+        value = data.get(name)
+        if value is not None and value > e2e + _SLACK_S:
+            problems.append(f"{name}: {value} exceeds e2e_s {e2e}")
+    itl = [data.get(n) for n in ("itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_max_s")]
+    present = [v for v in itl if v is not None]
+    if present != sorted(present):
+        problems.append("itl_p50_s: percentiles must satisfy p50 <= p90 <= p99 <= max")
+    if data.get("itl_count", 0) > 0 and data.get("itl_mean_s") is None:
+        problems.append("itl_mean_s: missing although itl_count > 0")
+    if data.get("tokens_cached", 0) > data.get("tokens_in", 0):
+        problems.append("tokens_cached: more cached tokens than input tokens")
+    if data.get("tokens_out", 0) > 0 and data.get("ttft_s") is None:
+        problems.append("ttft_s: missing although tokens_out > 0")
+    finish, error = data.get("finish_reason"), data.get("error_type")
+    if finish is None and error is None:
+        problems.append("finish_reason: missing (and no error_type)")
+    elif finish is not None and finish not in FINISH_REASONS:
+        problems.append(f"finish_reason: {finish!r} is not one of {', '.join(FINISH_REASONS)}")
+    if error is not None and not (isinstance(error, str) and error):
+        problems.append(f"error_type: must be a non-empty string, got {error!r}")
+    return problems
