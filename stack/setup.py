@@ -133,6 +133,7 @@ def ensure_otelcol() -> None:
         builder_stamp.write_text(paths.OTELCOL_BUILDER_VERSION)
     out_dir = paths.cache_dir() / "otelcol" / "build"
     shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # the builder creates only the last folder
     log("otelcol: building from collectors/builder-config.yaml (first time: several minutes) ...")
     _run([str(builder), f"--config={paths.collector_config('builder-config.yaml')}",
           f"--output-path={out_dir}"],
