@@ -1,0 +1,156 @@
+"""The generic API for any Python server.
+
+    inst = Instrumentation(engine="custom", provider_name="my-server")
+    with inst.request("llama-3-8b", headers=incoming_headers) as req:   # or: async with
+        with req.stage("queue"):
+            ...
+        with req.stage("prefill"):
+            ...
+        req.first_token()
+        for _ in stream:
+            req.token()
+        req.usage(input_tokens=812, output_tokens=256)
+        req.finish("stop")
+
+Metrics are recorded for every request; spans only for sampled traces (the provider's sampler decides).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import metrics, propagate
+
+from infersight.instrumentation.config import Settings
+from infersight.instrumentation.fastmetrics import bank_for
+from infersight.instrumentation.gpu import register_gpu_gauges
+from infersight.instrumentation.meters import HISTOGRAMS, RequestMetrics, ServerGauges
+from infersight.instrumentation.request import RedactHook, RequestContext
+from infersight.instrumentation.selftelemetry import BAD_TYPE, SelfTelemetry
+from infersight.instrumentation.spans import SCOPE_NAME, SCOPE_VERSION, SpanSink
+from infersight.schemas import attributes as A
+from infersight.schemas import metrics as M
+from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT
+from infersight.schemas.records import RequestRecord
+
+
+class Instrumentation:
+    """Per-process instrumentation state: instruments, span output, settings. Create one per server."""
+
+    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None,
+                 settings: Settings | None = None, engine: str = "custom", provider_name: str | None = None,
+                 operation: str = "chat", capture_content: bool | None = None, redact: RedactHook | None = None,
+                 on_record: Callable[[RequestRecord], None] | None = None, gpu: bool = True,
+                 fast_metrics: bool = True,
+                 clock: Callable[[], int] = time.perf_counter_ns,
+                 wall_clock: Callable[[], int] = time.time_ns) -> None:
+        self.settings = settings or Settings.from_env()
+        self.engine, self.operation = engine, operation
+        self.capture_content = self.settings.capture_content if capture_content is None else capture_content
+        self.redact, self.on_record = redact, on_record
+        self._clock, self._wall_clock = clock, wall_clock
+        meter_provider = meter_provider or metrics.get_meter_provider()
+        meter = meter_provider.get_meter(SCOPE_NAME, SCOPE_VERSION)
+        self._self_telemetry = SelfTelemetry(meter)
+        # Histograms: aggregated in-process and bridged into the SDK's readers when the provider is the
+        # SDK's (see fastmetrics); otherwise, or with fast_metrics=False, the API instruments.
+        self._bank = bank_for(meter_provider, HISTOGRAMS, SCOPE_NAME, SCOPE_VERSION) if fast_metrics else None
+        self._metrics = RequestMetrics(meter) if self._bank is None else None
+        self.gauges = ServerGauges(meter, engine)
+        self.gpu_gauges = register_gpu_gauges(meter) if gpu else False
+        self._spans = SpanSink(tracer_provider)
+        self._base_span_attrs: dict[str, Any] = {A.GEN_AI_PROVIDER_NAME: provider_name or engine, A.ENGINE: engine,
+                                                 A.DEPLOYMENT_TRACK: self.settings.track}
+        if self.settings.model_version:
+            self._base_span_attrs[A.MODEL_VERSION] = self.settings.model_version
+        self._metric_attrs: dict[tuple, tuple[tuple, dict, dict, dict]] = {}
+
+    @property
+    def region(self) -> str:
+        if self.settings.region:
+            return self.settings.region
+        path = self._spans.current()
+        resource = getattr(path, "_resource", None)
+        return str(resource.attributes.get(A.CLOUD_REGION, "")) if resource is not None else ""
+
+    def request(self, model: str, *, operation: str | None = None, headers: Mapping[str, str] | None = None,
+                context: Any = None) -> RequestContext:
+        """A request context. Parent: W3C trace context from ``headers`` if given, else ``context``, else
+        the current context. Starts on ``with``/``async with`` or ``.start()``."""
+        if not isinstance(model, str) or not model:
+            self._self_telemetry.bad_input(BAD_TYPE, f"request model {model!r} must be a non-empty string")
+            model = str(model) or "unknown"
+        parent = context
+        if headers is not None:
+            try:
+                parent = propagate.extract(headers)
+            except Exception as exc:  # noqa: BLE001 - a malformed carrier must not fail the request
+                self._self_telemetry.bad_input(BAD_TYPE, f"could not read trace context from headers: {exc!r}")
+        return RequestContext(self, model, operation or self.operation, parent)
+
+    # ---- called by RequestContext ----
+    def _span_name(self, req: RequestContext) -> str:
+        return f"{req.operation} {req.model}"  # GenAI semconv: "{gen_ai.operation.name} {gen_ai.request.model}"
+
+    def _attrs_for(self, req: RequestContext) -> tuple[tuple, dict, dict, dict]:
+        key = (req.model, req.operation, req._error)
+        cached = self._metric_attrs.get(key)
+        if cached is None:
+            base = {A.GEN_AI_REQUEST_MODEL: req.model, A.GEN_AI_OPERATION_NAME: req.operation,
+                    A.GEN_AI_PROVIDER_NAME: self._base_span_attrs[A.GEN_AI_PROVIDER_NAME],
+                    A.DEPLOYMENT_TRACK: self.settings.track}
+            if self.settings.model_version:
+                base[A.MODEL_VERSION] = self.settings.model_version
+            if req._error:
+                base[A.ERROR_TYPE] = req._error
+            cached = (key, base, {**base, A.GEN_AI_TOKEN_TYPE: "input"}, {**base, A.GEN_AI_TOKEN_TYPE: "output"})
+            if len(self._metric_attrs) < 10_000:  # bounded: models x operations x error types
+                self._metric_attrs[key] = cached
+        return cached
+
+    def _complete(self, req: RequestContext, end: int) -> None:
+        s = req._summarise(end)
+        req._summary = s
+        key, attrs, in_attrs, out_attrs = self._attrs_for(req)
+        obs = [(M.GEN_AI_SERVER_REQUEST_DURATION, key, attrs, s["e2e_s"])]
+        if req._error is None:  # semconv: TTFT and TPOT describe successful responses
+            if s["ttft_s"] is not None:
+                obs.append((M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, key, attrs, s["ttft_s"]))
+            if s["tpot_s"] is not None:
+                obs.append((M.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, key, attrs, s["tpot_s"]))
+        if s["itl"] is not None:
+            obs.append((M.ITL_P99_METRIC, key, attrs, s["itl"].p99_s))
+        if s["queue_s"] is not None:
+            obs.append((M.QUEUE_TIME_METRIC, key, attrs, s["queue_s"]))
+        if s["tokens_in"] is not None:
+            obs.append((M.GEN_AI_CLIENT_TOKEN_USAGE, (key, "input"), in_attrs, s["tokens_in"]))
+        obs.append((M.GEN_AI_CLIENT_TOKEN_USAGE, (key, "output"), out_attrs, s["tokens_out"]))
+        if self._bank is not None:
+            self._bank.record(obs)
+        else:
+            self._metrics.record(obs)
+        if req._prefix_queried:
+            self.gauges.add_prefix_cache(req._prefix_queried, req._tokens_cached)
+        root = req._root
+        if root is not None and root.sampled:
+            wall = req._wall_ns
+            stages = [(rec[0], rec[1], wall(rec[2]), wall(rec[3]), rec[4] or {A.STAGE: rec[0]}, rec[5])
+                      for rec in req._stages]
+            self._spans.current().emit(root, self._span_name(req), req._wall0, wall(end),
+                                       req._root_attributes(s), req._events, req._error, stages)
+        if self.on_record is not None:
+            self.on_record(req.record())
+
+    def _emit_late_evaluation(self, root: Any, attrs: dict, at_ns: int) -> None:
+        """An evaluation that arrives after the root span was exported rides on a small child span."""
+        path = self._spans.current()
+        span_context, _ctx = path.child_context(root)
+        events = [(GEN_AI_EVALUATION_RESULT, attrs, at_ns)]
+        if span_context is not None:
+            path.emit_child(root, "gen_ai.evaluation", span_context, at_ns, at_ns, {}, events)
+            return
+        span = path._tracer.start_span("gen_ai.evaluation", context=root.context, start_time=at_ns)
+        span.add_event(GEN_AI_EVALUATION_RESULT, attrs, at_ns)
+        span.end(end_time=at_ns)

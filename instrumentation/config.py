@@ -1,0 +1,65 @@
+"""Configuration from the environment: ours (``INFERSIGHT_*``) next to the standard ``OTEL_*`` ones.
+
+The OpenTelemetry SDK reads ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``
+and the exporter variables itself; we add region, deployment track, model version and content capture.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from infersight.schemas.attributes import (
+    CLOUD_REGION,
+    DEPLOYMENT_TRACK,
+    MODEL_VERSION,
+    TRACKS,
+)
+
+ENV_REGION = "INFERSIGHT_REGION"
+ENV_DEPLOYMENT_TRACK = "INFERSIGHT_DEPLOYMENT_TRACK"
+ENV_MODEL_VERSION = "INFERSIGHT_MODEL_VERSION"
+ENV_CAPTURE_CONTENT = "INFERSIGHT_CAPTURE_CONTENT"
+# The OpenTelemetry GenAI instrumentations' switch for message content; honoured too.
+ENV_OTEL_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+_log = logging.getLogger("infersight.instrumentation")
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Settings:
+    region: str = ""
+    track: str = "stable"
+    model_version: str = ""
+    capture_content: bool = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        track = env.get(ENV_DEPLOYMENT_TRACK, "stable").strip().lower() or "stable"
+        if track not in TRACKS:
+            _log.warning("%s=%r is not one of %s; using 'stable'. Set it to the rollout track of this pod.",
+                         ENV_DEPLOYMENT_TRACK, track, ", ".join(TRACKS))
+            track = "stable"
+        capture = (env.get(ENV_CAPTURE_CONTENT, "") or env.get(ENV_OTEL_CAPTURE_CONTENT, "")).strip().lower()
+        return cls(region=env.get(ENV_REGION, "").strip(), track=track,
+                   model_version=env.get(ENV_MODEL_VERSION, "").strip(), capture_content=capture in _TRUE)
+
+    def resource_attributes(self) -> dict[str, str]:
+        """Attributes to merge into the SDK ``Resource`` (region, track, model version when set)."""
+        attrs = {DEPLOYMENT_TRACK: self.track}
+        if self.region:
+            attrs[CLOUD_REGION] = self.region
+        if self.model_version:
+            attrs[MODEL_VERSION] = self.model_version
+        return attrs
+
+
+def build_resource(settings: Settings | None = None):  # -> opentelemetry.sdk.resources.Resource
+    """An SDK resource with our attributes, merged with OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME."""
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource.create((settings or Settings.from_env()).resource_attributes())

@@ -1,0 +1,417 @@
+"""One inference request: stages, token marks, usage, outcome; summarised and emitted once, at finish.
+
+Per token the only work is appending a clock reading to a list. Everything else (TTFT, ITL summary,
+TPOT, stage durations) is computed once when the request finishes; metrics are recorded for every
+request, spans are built only for sampled traces. No method raises into serving code: bad input is
+counted on the self-telemetry counter (see ``selftelemetry``) and ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as context_api
+from opentelemetry import propagate
+
+from infersight.instrumentation import selftelemetry as bad
+from infersight.instrumentation.summary import NS, itl_summary
+from infersight.schemas import attributes as A
+from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT, SAFETY_CHECK_EVENT
+from infersight.schemas.records import FINISH_REASONS, RequestRecord
+
+if TYPE_CHECKING:
+    from infersight.instrumentation.api import Instrumentation
+
+STAGES = ("routing", "queue", "prefill", "decode", "safety")
+_NEW, _STARTED, _FINISHED = 0, 1, 2
+_SEVERITY = {v: i for i, v in enumerate(A.SAFETY_VERDICTS)}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Stage:
+    """A stage span (routing, queue, prefill, decode, safety): ``with req.stage("queue"):`` or ``.end()``."""
+
+    __slots__ = ("_req", "_rec", "_token")
+
+    def __init__(self, req: RequestContext, rec: list) -> None:
+        self._req, self._rec, self._token = req, rec, None
+
+    def __enter__(self) -> Stage:
+        if self._rec[6] is not None:  # sampled: user spans inside the stage nest under it
+            self._token = context_api.attach(self._rec[6])
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._token is not None:
+            context_api.detach(self._token)
+            self._token = None
+        if exc is not None:
+            self.set_attribute(A.ERROR_TYPE, type(exc).__qualname__)
+        self.end()
+        return False
+
+    def end(self) -> None:
+        if self._rec[3] is None:
+            self._rec[3] = self._req._clock()
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self._rec[4] is None:
+            self._rec[4] = {A.STAGE: self._rec[0]}
+        self._rec[4][key] = value
+
+    def verdict(self, verdict: str, check: str | None = None) -> None:
+        """A guardrail verdict (pass, flag, block); the stage keeps the most severe one seen."""
+        if verdict not in _SEVERITY:
+            self._req._bad(bad.UNKNOWN_VALUE, f"safety verdict {verdict!r} is not one of {A.SAFETY_VERDICTS}")
+            return
+        attrs = self._rec[4] if self._rec[4] is not None else {}
+        current = attrs.get(A.SAFETY_VERDICT)
+        if current is None or _SEVERITY[verdict] > _SEVERITY[current]:
+            self.set_attribute(A.SAFETY_VERDICT, verdict)
+        if self._rec[6] is not None:
+            event_attrs = {A.SAFETY_VERDICT: verdict, A.SAFETY_DIRECTION: attrs.get(A.SAFETY_DIRECTION, "")}
+            if check:
+                event_attrs[A.SAFETY_CHECK] = check
+            self._rec[5].append((SAFETY_CHECK_EVENT, event_attrs, self._req._wall_ns(self._req._clock())))
+
+
+class RequestContext:
+    """Created by :meth:`Instrumentation.request`; use as ``with`` / ``async with`` or start()/finish()."""
+
+    __slots__ = ("_inst", "_clock", "model", "operation", "_parent_ctx", "_start", "_wall0", "_first", "_ticks",
+                 "token", "_stages", "_events", "_root", "_ctx_token", "_state", "_finish_reason", "_error",
+                 "_tokens_in", "_tokens_out", "_tokens_cached", "_prefix_queried", "_response_model",
+                 "_response_id", "_content", "_summary")
+
+    def __init__(self, inst: Instrumentation, model: str, operation: str, parent_ctx: Any) -> None:
+        self._inst, self._clock = inst, inst._clock
+        self.model, self.operation, self._parent_ctx = model, operation, parent_ctx
+        self._start = self._wall0 = 0
+        self._first: int | None = None
+        ticks: list[int] = []
+        append, clock = ticks.append, inst._clock
+
+        def token() -> None:
+            """Mark one generated token (after the first): a clock read and a list append."""
+            append(clock())
+
+        self._ticks, self.token = ticks, token
+        self._stages: list[list] = []
+        self._events: list[tuple] = []
+        self._root: Any = None
+        self._ctx_token: Any = None
+        self._state = _NEW
+        self._finish_reason: str | None = None
+        self._error: str | None = None
+        self._tokens_in: int | None = None
+        self._tokens_out: int | None = None
+        self._tokens_cached = 0
+        self._prefix_queried = 0
+        self._response_model: str | None = None
+        self._response_id: str | None = None
+        self._content: dict[str, str] | None = None
+        self._summary: dict[str, Any] | None = None
+
+    # ---- lifecycle ----
+    def start(self) -> RequestContext:
+        if self._state != _NEW:
+            self._bad(bad.DOUBLE_START, "start() called twice")
+            return self
+        self._wall0, self._start = self._inst._wall_clock(), self._clock()
+        self._state = _STARTED
+        try:
+            self._root = self._inst._spans.current().begin(self._inst._span_name(self), self._parent_ctx,
+                                                           self._wall0)
+        except Exception as exc:  # noqa: BLE001 - a broken tracer must not break the request
+            self._bad(bad.INTERNAL, f"starting the root span failed: {exc!r}")
+        return self
+
+    def __enter__(self) -> RequestContext:
+        self.start()
+        if self._root is not None:
+            self._ctx_token = context_api.attach(self._root.context)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is not None and self._state == _STARTED:
+            self.error(exc)
+        if self._state == _STARTED:
+            self.finish("error" if exc is not None else None)
+        if self._ctx_token is not None:
+            context_api.detach(self._ctx_token)
+            self._ctx_token = None
+        return False
+
+    async def __aenter__(self) -> RequestContext:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        return self.__exit__(exc_type, exc, tb)
+
+    @property
+    def context(self) -> context_api.Context | None:
+        """The OpenTelemetry context whose current span is this request's root span."""
+        return self._root.context if self._root is not None else None
+
+    @property
+    def sampled(self) -> bool:
+        return bool(self._root is not None and self._root.sampled)
+
+    def inject(self, carrier: MutableMapping[str, str]) -> MutableMapping[str, str]:
+        """Write W3C trace context (traceparent/tracestate, via the configured propagator) into carrier."""
+        if self._root is not None:
+            propagate.inject(carrier, context=self._root.context)
+        return carrier
+
+    # ---- stages ----
+    def stage(self, name: str, **attributes: Any) -> Stage:
+        """Open a stage span now; close it by leaving the ``with`` block or calling ``.end()``."""
+        now = self._clock()
+        if self._state != _STARTED:
+            self._bad(bad.NOT_STARTED if self._state == _NEW else bad.AFTER_FINISH, f"stage({name!r})")
+        if name not in STAGES:
+            self._bad(bad.UNKNOWN_STAGE, f"stage {name!r} is not one of {STAGES}")
+        attrs = {A.STAGE: name, **attributes} if attributes else None
+        span_context = ctx = None
+        if self._root is not None and self._root.sampled:
+            span_context, ctx = self._inst._spans.current().child_context(self._root)
+            if span_context is None:
+                ctx = None
+        rec = [name, span_context, now, None, attrs, [], ctx]  # see _summarise for the layout
+        if self._state == _STARTED:
+            self._stages.append(rec)
+        return Stage(self, rec)
+
+    def safety(self, direction: str, check: str | None = None) -> Stage:
+        """A guardrail stage on the ``input`` or ``output``; report with ``.verdict("pass"|"flag"|"block")``."""
+        if direction not in ("input", "output"):
+            self._bad(bad.UNKNOWN_VALUE, f"safety direction {direction!r} is not input or output")
+        attrs = {A.SAFETY_DIRECTION: direction}
+        if check:
+            attrs[A.SAFETY_CHECK] = check
+        return self.stage("safety", **attrs)
+
+    def end_stage(self, name: str) -> None:
+        """Close the latest open stage called ``name`` (for stages that end in another callback)."""
+        for rec in reversed(self._stages):
+            if rec[0] == name and rec[3] is None:
+                rec[3] = self._clock()
+                return
+        self._bad(bad.STAGE_NOT_OPEN, f"end_stage({name!r}) without an open {name!r} stage")
+
+    # ---- tokens, usage, outcome ----
+    def first_token(self) -> None:
+        now = self._clock()
+        if self._state != _STARTED:
+            self._bad(bad.NOT_STARTED if self._state == _NEW else bad.AFTER_FINISH, "first_token()")
+        elif self._first is not None or self._ticks:
+            self._bad(bad.TOKEN_BEFORE_FIRST_TOKEN, "first_token() after tokens were already marked")
+            if self._first is None:
+                self._first = now
+        else:
+            self._first = now
+
+    def usage(self, input_tokens: int | None = None, output_tokens: int | None = None,
+              cached_tokens: int | None = None) -> None:
+        """Token counts from the engine (output defaults to the number of token marks)."""
+        for label, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
+                             ("cached_tokens", cached_tokens)):
+            if value is None:
+                continue
+            if not _is_count(value):
+                self._bad(bad.BAD_TYPE, f"usage({label}={value!r}) is not an integer")
+            elif value < 0:
+                self._bad(bad.NEGATIVE_VALUE, f"usage({label}={value})")
+            elif label == "input_tokens":
+                self._tokens_in = value
+            elif label == "output_tokens":
+                self._tokens_out = value
+            else:
+                self._tokens_cached = value
+
+    def prefix_cache(self, queried_tokens: int, hit_tokens: int) -> None:
+        """Prompt tokens looked up in / served from the prefix cache."""
+        if not (_is_count(queried_tokens) and _is_count(hit_tokens)):
+            self._bad(bad.BAD_TYPE, f"prefix_cache({queried_tokens!r}, {hit_tokens!r}) needs integers")
+        elif queried_tokens < 0 or hit_tokens < 0 or hit_tokens > queried_tokens:
+            self._bad(bad.NEGATIVE_VALUE, f"prefix_cache({queried_tokens}, {hit_tokens}): need 0 <= hits <= "
+                      "queried")
+        else:
+            self._prefix_queried, self._tokens_cached = queried_tokens, hit_tokens
+
+    def response(self, model: str | None = None, response_id: str | None = None) -> None:
+        self._response_model, self._response_id = model, response_id
+
+    def error(self, error: BaseException | str) -> None:
+        """Mark the request failed; ``error.type`` is the exception's class name or the given code."""
+        if isinstance(error, BaseException):
+            self._error = type(error).__qualname__
+        elif isinstance(error, str) and error:
+            self._error = error
+        else:
+            self._bad(bad.BAD_TYPE, f"error({error!r}) needs an exception or a non-empty string")
+
+    def prompt(self, text: str) -> None:
+        self._capture(A.GEN_AI_INPUT_MESSAGES, "user", text)
+
+    def completion(self, text: str) -> None:
+        self._capture(A.GEN_AI_OUTPUT_MESSAGES, "assistant", text)
+
+    def _capture(self, key: str, role: str, text: str) -> None:
+        inst = self._inst
+        if not inst.capture_content:
+            return
+        try:
+            redacted = inst.redact(text) if inst.redact is not None else text
+        except Exception as exc:  # noqa: BLE001 - drop the text rather than record it unredacted
+            self._bad(bad.REDACTION_FAILED, f"the redaction hook raised {exc!r}; text dropped")
+            return
+        if not isinstance(redacted, str):
+            self._bad(bad.BAD_TYPE, "the redaction hook must return a string; text dropped")
+            return
+        if self._content is None:
+            self._content = {}
+        self._content[key] = json.dumps([{"role": role, "parts": [{"type": "text", "content": redacted}]}])
+
+    def evaluation(self, name: str, score_value: float | None = None, score_label: str | None = None,
+                   sample_rate: float = 1.0, explanation: str | None = None) -> None:
+        """A quality judge's result, as a ``gen_ai.evaluation.result`` event with its sample rate."""
+        if not isinstance(name, str) or not name:
+            self._bad(bad.BAD_TYPE, f"evaluation name {name!r} must be a non-empty string")
+            return
+        if not (isinstance(sample_rate, int | float) and 0 < sample_rate <= 1):
+            self._bad(bad.UNKNOWN_VALUE, f"evaluation sample_rate {sample_rate!r} must be in (0, 1]")
+            return
+        attrs: dict[str, Any] = {A.GEN_AI_EVALUATION_NAME: name, A.EVALUATION_SAMPLE_RATE: float(sample_rate)}
+        if score_value is not None:
+            attrs[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(score_value)
+        if score_label is not None:
+            attrs[A.GEN_AI_EVALUATION_SCORE_LABEL] = score_label
+        if explanation is not None:
+            attrs[A.GEN_AI_EVALUATION_EXPLANATION] = explanation
+        now = self._inst._wall_clock()
+        if self._state != _FINISHED:
+            self._events.append((GEN_AI_EVALUATION_RESULT, attrs, now))
+        elif self._root is not None and self._root.sampled:  # late judge: a small child span carries it
+            self._inst._emit_late_evaluation(self._root, attrs, now)
+
+    def finish(self, reason: str | None = "stop") -> None:
+        """End the request: summarise, record metrics, emit spans (sampled) and the record (if a sink)."""
+        now = self._clock()
+        if self._state != _STARTED:
+            if self._state == _NEW:
+                self._bad(bad.NOT_STARTED, "finish() before start()")
+            else:
+                self._bad(bad.DOUBLE_FINISH, "finish() called twice; the first one counts")
+            return
+        self._state = _FINISHED
+        if reason is not None and reason not in FINISH_REASONS:
+            self._bad(bad.UNKNOWN_VALUE, f"finish reason {reason!r} is not one of {FINISH_REASONS}")
+        self._finish_reason = reason if reason is not None else ("error" if self._error else "stop")
+        try:
+            self._inst._complete(self, now)
+        except Exception as exc:  # noqa: BLE001
+            self._bad(bad.INTERNAL, f"completing the request failed: {exc!r}")
+
+    # ---- results ----
+    def token_times(self) -> list[int]:
+        """First token then every later mark, cleaned of bad input (counted)."""
+        ticks, first, start = self._ticks, self._first, self._start
+        if ticks and ticks[0] < start:
+            self._bad(bad.TOKEN_OUTSIDE_REQUEST, "token() marked before the request started")
+            ticks = [t for t in ticks if t >= start]
+        if first is None:
+            return list(ticks)
+        if ticks and ticks[0] < first:
+            self._bad(bad.TOKEN_BEFORE_FIRST_TOKEN, "token() marked before first_token()")
+            return sorted([first, *ticks])
+        return [first, *ticks]
+
+    def summary(self) -> dict[str, Any] | None:
+        """The finished request's figures (seconds), None before finish."""
+        return self._summary
+
+    def record(self) -> RequestRecord | None:
+        """The per-request record of the contract (``infersight.schemas.records``), None before finish."""
+        s = self._summary
+        if s is None:
+            return None
+        itl = s["itl"]
+        root = self._root
+        trace_id = format(root.span_context.trace_id, "032x") if root is not None else "0" * 32
+        inst = self._inst
+        return RequestRecord(
+            trace_id=trace_id, region=inst.region, model=self.model, start_ns=self._wall0,
+            end_ns=self._wall_ns(s["end"]), e2e_s=s["e2e_s"], model_version=inst.settings.model_version,
+            track=inst.settings.track, engine=inst.engine, ttft_s=s["ttft_s"], queue_s=s["queue_s"],
+            prefill_s=s["prefill_s"], decode_s=s["decode_s"], itl_count=itl.count if itl else 0,
+            itl_mean_s=itl.mean_s if itl else None, itl_p50_s=itl.p50_s if itl else None,
+            itl_p90_s=itl.p90_s if itl else None, itl_p99_s=itl.p99_s if itl else None,
+            itl_max_s=itl.max_s if itl else None, tokens_in=s["tokens_in"] or 0, tokens_out=s["tokens_out"],
+            tokens_cached=self._tokens_cached, finish_reason=self._finish_reason, error_type=self._error)
+
+    # ---- internals ----
+    def _wall_ns(self, mono_ns: int) -> int:
+        return self._wall0 + (mono_ns - self._start)
+
+    def _bad(self, kind: str, detail: str) -> None:
+        self._inst._self_telemetry.bad_input(kind, detail)
+
+    def _summarise(self, end: int) -> dict[str, Any]:
+        times = self.token_times()
+        start = self._start
+        stage_s: dict[str, float] = {}
+        for rec in self._stages:
+            if rec[2] < start:
+                self._bad(bad.NEGATIVE_DURATION, f"stage {rec[0]!r} started before the request")
+                rec[2] = start
+            if rec[3] is None:
+                self._bad(bad.STAGE_LEFT_OPEN, f"stage {rec[0]!r} still open at finish; closed there")
+                rec[3] = end
+            stage_s[rec[0]] = stage_s.get(rec[0], 0.0) + (rec[3] - rec[2]) / NS
+        first = times[0] if times else None
+        n = len(times)
+        decode = stage_s.get("decode")
+        if decode is None and n >= 2:
+            decode = (times[-1] - first) / NS
+        tokens_out = self._tokens_out if self._tokens_out is not None else n
+        return {
+            "end": end, "e2e_s": (end - start) / NS,
+            "ttft_s": (first - start) / NS if first is not None else None,
+            "tpot_s": (times[-1] - first) / (n - 1) / NS if n >= 2 else None,
+            "itl": itl_summary(times), "queue_s": stage_s.get("queue"), "prefill_s": stage_s.get("prefill"),
+            "decode_s": decode, "tokens_in": self._tokens_in, "tokens_out": tokens_out,
+        }
+
+    def _root_attributes(self, s: dict[str, Any]) -> dict[str, Any]:
+        inst = self._inst
+        attrs: dict[str, Any] = dict(inst._base_span_attrs)
+        attrs[A.GEN_AI_OPERATION_NAME] = self.operation
+        attrs[A.GEN_AI_REQUEST_MODEL] = self.model
+        attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = (self._finish_reason,)
+        attrs[A.E2E] = s["e2e_s"]
+        for key, value in ((A.GEN_AI_RESPONSE_MODEL, self._response_model),
+                           (A.GEN_AI_RESPONSE_ID, self._response_id), (A.ERROR_TYPE, self._error),
+                           (A.TTFT, s["ttft_s"]), (A.TPOT, s["tpot_s"]),
+                           (A.QUEUE_DURATION, s["queue_s"]), (A.PREFILL_DURATION, s["prefill_s"]),
+                           (A.DECODE_DURATION, s["decode_s"]), (A.GEN_AI_USAGE_INPUT_TOKENS, s["tokens_in"])):
+            if value is not None:
+                attrs[key] = value
+        attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] = s["tokens_out"]
+        if self._tokens_cached:
+            attrs[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = self._tokens_cached
+        itl = s["itl"]
+        if itl is not None:
+            attrs.update({A.ITL_COUNT: itl.count, A.ITL_MEAN: itl.mean_s, A.ITL_P50: itl.p50_s,
+                          A.ITL_P90: itl.p90_s, A.ITL_P99: itl.p99_s, A.ITL_MAX: itl.max_s})
+        if self._content:
+            attrs.update(self._content)
+        return attrs
+
+
+RedactHook = Callable[[str], str]

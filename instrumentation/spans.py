@@ -1,0 +1,153 @@
+"""Span output. With the OpenTelemetry SDK's ``TracerProvider`` (the usual case) spans are built cheaply:
+the provider's own sampler and id generator decide and name them at request start, and at request end
+finished ``ReadableSpan`` objects go straight to the provider's span processors (the user's exporters),
+skipping the SDK's live-span machinery (locks, attribute re-validation, per-call context handling).
+Any other provider gets the plain API path: real spans with explicit start and end times.
+
+Either way, nothing is built for a trace the sampler dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.status import Status, StatusCode
+
+SCOPE_NAME = "infersight.instrumentation"
+SCOPE_VERSION = "0.1.0"
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+
+
+@dataclass(slots=True)
+class Root:
+    """The request's root span as decided at start: ids, sampling, and the context to make current."""
+
+    context: context_api.Context
+    span_context: SpanContext
+    parent: SpanContext | None
+    sampled: bool
+    sampler_attributes: Any = None
+    live_span: Any = None  # the API span, on the plain path only
+
+
+class _FastPath:
+    def __init__(self, provider: Any) -> None:
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        self._sampler = provider.sampler
+        self._ids = provider.id_generator
+        self._resource = provider.resource
+        self._processor = provider._active_span_processor  # noqa: SLF001 - pinned SDK, see module doc
+        self._scope = InstrumentationScope(SCOPE_NAME, SCOPE_VERSION)
+        self._readable = ReadableSpan
+        self._event = Event
+
+    def begin(self, name: str, parent_ctx: context_api.Context | None, start_time: int | None = None) -> Root:
+        parent = trace.get_current_span(parent_ctx).get_span_context()
+        parent = parent if parent.is_valid else None
+        trace_id = parent.trace_id if parent else self._ids.generate_trace_id()
+        result = self._sampler.should_sample(parent_ctx, trace_id, name, SpanKind.SERVER)
+        sampled = result.decision.is_sampled()
+        span_context = SpanContext(trace_id, self._ids.generate_span_id(), is_remote=False,
+                                   trace_flags=_SAMPLED if sampled else _NOT_SAMPLED,
+                                   trace_state=result.trace_state)
+        ctx = trace.set_span_in_context(NonRecordingSpan(span_context), parent_ctx)
+        return Root(ctx, span_context, parent, sampled, result.attributes or None)
+
+    def child_context(self, root: Root) -> tuple[SpanContext, context_api.Context]:
+        sc = root.span_context
+        child = SpanContext(sc.trace_id, self._ids.generate_span_id(), is_remote=False,
+                            trace_flags=sc.trace_flags, trace_state=sc.trace_state)
+        return child, trace.set_span_in_context(NonRecordingSpan(child), root.context)
+
+    def emit(self, root: Root, name: str, start: int, end: int, attributes: dict, events: Sequence,
+             error: str | None, stages: Sequence[tuple]) -> None:
+        if root.sampler_attributes:
+            attributes.update(root.sampler_attributes)
+        status = Status(StatusCode.ERROR, error) if error else Status(StatusCode.UNSET)
+        on_end, readable, resource, scope = self._processor.on_end, self._readable, self._resource, self._scope
+        root_sc, event = root.span_context, self._event
+        for stage_name, span_context, s_start, s_end, s_attrs, s_events in stages:
+            if s_events:
+                s_events = [event(n, a, t) for n, a, t in s_events]
+            on_end(readable(stage_name, context=span_context, parent=root_sc, resource=resource,
+                            attributes=s_attrs, events=s_events, kind=SpanKind.INTERNAL, start_time=s_start,
+                            end_time=s_end, instrumentation_scope=scope))
+        if events:
+            events = [event(n, a, t) for n, a, t in events]
+        on_end(readable(name, context=root_sc, parent=root.parent, resource=resource, attributes=attributes,
+                        events=events, kind=SpanKind.SERVER, status=status, start_time=start, end_time=end,
+                        instrumentation_scope=scope))
+
+
+    def emit_child(self, root: Root, name: str, span_context: SpanContext, start: int, end: int,
+                   attributes: dict, events: Sequence) -> None:
+        self._processor.on_end(self._readable(
+            name, context=span_context, parent=root.span_context, resource=self._resource, attributes=attributes,
+            events=[self._event(n, a, t) for n, a, t in events], kind=SpanKind.INTERNAL, start_time=start,
+            end_time=end, instrumentation_scope=self._scope))
+
+
+class _PlainPath:
+    """Any non-SDK tracer provider: the ordinary API calls (stage spans created at request end)."""
+
+    def __init__(self, provider: Any) -> None:
+        self._tracer = provider.get_tracer(SCOPE_NAME, SCOPE_VERSION)
+
+    def begin(self, name: str, parent_ctx: context_api.Context | None, start_time: int | None = None) -> Root:
+        span = self._tracer.start_span(name, context=parent_ctx, kind=SpanKind.SERVER, start_time=start_time)
+        parent = trace.get_current_span(parent_ctx).get_span_context()
+        return Root(trace.set_span_in_context(span, parent_ctx), span.get_span_context(),
+                    parent if parent.is_valid else None, span.is_recording(), live_span=span)
+
+    def child_context(self, root: Root) -> tuple[SpanContext | None, context_api.Context]:
+        return None, root.context
+
+    def emit(self, root: Root, name: str, start: int, end: int, attributes: dict, events: Sequence,
+             error: str | None, stages: Sequence[tuple]) -> None:
+        span = root.live_span
+        for stage_name, _sc, s_start, s_end, s_attrs, s_events in stages:
+            child = self._tracer.start_span(stage_name, context=root.context, start_time=s_start,
+                                            attributes=s_attrs)
+            for ev_name, ev_attrs, ev_time in s_events:
+                child.add_event(ev_name, ev_attrs, ev_time)
+            child.end(end_time=s_end)
+        span.update_name(name)
+        span.set_attributes(attributes)
+        for ev_name, ev_attrs, ev_time in events:
+            span.add_event(ev_name, ev_attrs, ev_time)
+        if error:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=end)
+
+
+class SpanSink:
+    """Chooses the fast or plain path for the current tracer provider (re-checked when it changes)."""
+
+    def __init__(self, tracer_provider: Any = None) -> None:
+        self._explicit = tracer_provider
+        self._provider: Any = None
+        self.path: _FastPath | _PlainPath | None = None
+
+    def current(self) -> _FastPath | _PlainPath:
+        provider = self._explicit or trace.get_tracer_provider()
+        if provider is not self._provider or self.path is None:
+            self._provider = provider
+            self.path = _FastPath(provider) if _is_sdk(provider) else _PlainPath(provider)
+        return self.path
+
+
+def _is_sdk(provider: Any) -> bool:
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:  # only the API installed
+        return False
+    return (isinstance(provider, TracerProvider) and not getattr(provider, "_disabled", False)
+            and hasattr(provider, "_active_span_processor"))
