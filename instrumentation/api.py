@@ -30,6 +30,7 @@ from infersight.instrumentation.meters import HISTOGRAMS, RequestMetrics, Server
 from infersight.instrumentation.request import RedactHook, RequestContext
 from infersight.instrumentation.selftelemetry import BAD_TYPE, SelfTelemetry
 from infersight.instrumentation.spans import SCOPE_NAME, SCOPE_VERSION, SpanSink
+from infersight.instrumentation.summary import root_attributes
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT
@@ -69,11 +70,12 @@ class Instrumentation:
 
     @property
     def region(self) -> str:
+        """INFERSIGHT_REGION, else the tracer provider's resource ``cloud.region``, else "unknown"."""
         if self.settings.region:
             return self.settings.region
-        path = self._spans.current()
-        resource = getattr(path, "_resource", None)
-        return str(resource.attributes.get(A.CLOUD_REGION, "")) if resource is not None else ""
+        resource = getattr(self._spans.current(), "_resource", None)
+        region = resource.attributes.get(A.CLOUD_REGION) if resource is not None else None
+        return str(region) if region else "unknown"
 
     def request(self, model: str, *, operation: str | None = None, headers: Mapping[str, str] | None = None,
                 context: Any = None) -> RequestContext:
@@ -139,7 +141,7 @@ class Instrumentation:
             stages = [(rec[0], rec[1], wall(rec[2]), wall(rec[3]), rec[4] or {A.STAGE: rec[0]}, rec[5])
                       for rec in req._stages]
             self._spans.current().emit(root, self._span_name(req), req._wall0, wall(end),
-                                       req._root_attributes(s), req._events, req._error, stages)
+                                       root_attributes(req, s), req._events, req._error, stages)
         if self.on_record is not None:
             self.on_record(req.record())
 

@@ -16,7 +16,7 @@ from opentelemetry import context as context_api
 from opentelemetry import propagate
 
 from infersight.instrumentation import selftelemetry as bad
-from infersight.instrumentation.summary import NS, itl_summary
+from infersight.instrumentation.summary import NS, build_record, itl_summary
 from infersight.schemas import attributes as A
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT, SAFETY_CHECK_EVENT
 from infersight.schemas.records import FINISH_REASONS, RequestRecord
@@ -301,7 +301,9 @@ class RequestContext:
             self._inst._emit_late_evaluation(self._root, attrs, now)
 
     def finish(self, reason: str | None = "stop") -> None:
-        """End the request: summarise, record metrics, emit spans (sampled) and the record (if a sink)."""
+        """End the request: summarise, record metrics, emit spans (sampled) and the record (if a sink).
+
+        ``reason`` is one of ``FINISH_REASONS``; None means "error" if an error was set, else "stop"."""
         now = self._clock()
         if self._state != _STARTED:
             if self._state == _NEW:
@@ -312,6 +314,7 @@ class RequestContext:
         self._state = _FINISHED
         if reason is not None and reason not in FINISH_REASONS:
             self._bad(bad.UNKNOWN_VALUE, f"finish reason {reason!r} is not one of {FINISH_REASONS}")
+            reason = None  # the record keeps to the contract's reasons
         self._finish_reason = reason if reason is not None else ("error" if self._error else "stop")
         try:
             self._inst._complete(self, now)
@@ -338,22 +341,7 @@ class RequestContext:
 
     def record(self) -> RequestRecord | None:
         """The per-request record of the contract (``infersight.schemas.records``), None before finish."""
-        s = self._summary
-        if s is None:
-            return None
-        itl = s["itl"]
-        root = self._root
-        trace_id = format(root.span_context.trace_id, "032x") if root is not None else "0" * 32
-        inst = self._inst
-        return RequestRecord(
-            trace_id=trace_id, region=inst.region, model=self.model, start_ns=self._wall0,
-            end_ns=self._wall_ns(s["end"]), e2e_s=s["e2e_s"], model_version=inst.settings.model_version,
-            track=inst.settings.track, engine=inst.engine, ttft_s=s["ttft_s"], queue_s=s["queue_s"],
-            prefill_s=s["prefill_s"], decode_s=s["decode_s"], itl_count=itl.count if itl else 0,
-            itl_mean_s=itl.mean_s if itl else None, itl_p50_s=itl.p50_s if itl else None,
-            itl_p90_s=itl.p90_s if itl else None, itl_p99_s=itl.p99_s if itl else None,
-            itl_max_s=itl.max_s if itl else None, tokens_in=s["tokens_in"] or 0, tokens_out=s["tokens_out"],
-            tokens_cached=self._tokens_cached, finish_reason=self._finish_reason, error_type=self._error)
+        return build_record(self) if self._summary is not None else None
 
     # ---- internals ----
     def _wall_ns(self, mono_ns: int) -> int:
@@ -387,31 +375,6 @@ class RequestContext:
             "itl": itl_summary(times), "queue_s": stage_s.get("queue"), "prefill_s": stage_s.get("prefill"),
             "decode_s": decode, "tokens_in": self._tokens_in, "tokens_out": tokens_out,
         }
-
-    def _root_attributes(self, s: dict[str, Any]) -> dict[str, Any]:
-        inst = self._inst
-        attrs: dict[str, Any] = dict(inst._base_span_attrs)
-        attrs[A.GEN_AI_OPERATION_NAME] = self.operation
-        attrs[A.GEN_AI_REQUEST_MODEL] = self.model
-        attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = (self._finish_reason,)
-        attrs[A.E2E] = s["e2e_s"]
-        for key, value in ((A.GEN_AI_RESPONSE_MODEL, self._response_model),
-                           (A.GEN_AI_RESPONSE_ID, self._response_id), (A.ERROR_TYPE, self._error),
-                           (A.TTFT, s["ttft_s"]), (A.TPOT, s["tpot_s"]),
-                           (A.QUEUE_DURATION, s["queue_s"]), (A.PREFILL_DURATION, s["prefill_s"]),
-                           (A.DECODE_DURATION, s["decode_s"]), (A.GEN_AI_USAGE_INPUT_TOKENS, s["tokens_in"])):
-            if value is not None:
-                attrs[key] = value
-        attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] = s["tokens_out"]
-        if self._tokens_cached:
-            attrs[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = self._tokens_cached
-        itl = s["itl"]
-        if itl is not None:
-            attrs.update({A.ITL_COUNT: itl.count, A.ITL_MEAN: itl.mean_s, A.ITL_P50: itl.p50_s,
-                          A.ITL_P90: itl.p90_s, A.ITL_P99: itl.p99_s, A.ITL_MAX: itl.max_s})
-        if self._content:
-            attrs.update(self._content)
-        return attrs
 
 
 RedactHook = Callable[[str], str]

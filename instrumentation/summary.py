@@ -1,10 +1,18 @@
-"""In-process latency summaries: TTFT, TPOT and the inter-token-latency summary from raw marks."""
+"""In-process summaries of a finished request: the ITL summary from raw marks, the root span's attributes
+and the per-request record."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from operator import sub
+from typing import TYPE_CHECKING, Any
+
+from infersight.schemas import attributes as A
+from infersight.schemas.records import RequestRecord
+
+if TYPE_CHECKING:
+    from infersight.instrumentation.request import RequestContext
 
 NS = 1e9
 
@@ -32,3 +40,48 @@ def itl_summary(token_times_ns: list[int]) -> ItlSummary | None:
     n = len(gaps)
     return ItlSummary(n, (token_times_ns[-1] - token_times_ns[0]) / n / NS, nearest_rank(gaps, 0.5) / NS,
                       nearest_rank(gaps, 0.9) / NS, nearest_rank(gaps, 0.99) / NS, gaps[-1] / NS)
+
+
+def root_attributes(req: RequestContext, s: dict[str, Any]) -> dict[str, Any]:
+    """The root span's attributes (built only for sampled traces)."""
+    attrs: dict[str, Any] = dict(req._inst._base_span_attrs)
+    attrs[A.GEN_AI_OPERATION_NAME] = req.operation
+    attrs[A.GEN_AI_REQUEST_MODEL] = req.model
+    attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = (req._finish_reason,)
+    attrs[A.E2E] = s["e2e_s"]
+    for key, value in ((A.GEN_AI_RESPONSE_MODEL, req._response_model),
+                       (A.GEN_AI_RESPONSE_ID, req._response_id), (A.ERROR_TYPE, req._error),
+                       (A.TTFT, s["ttft_s"]), (A.TPOT, s["tpot_s"]),
+                       (A.QUEUE_DURATION, s["queue_s"]), (A.PREFILL_DURATION, s["prefill_s"]),
+                       (A.DECODE_DURATION, s["decode_s"]), (A.GEN_AI_USAGE_INPUT_TOKENS, s["tokens_in"])):
+        if value is not None:
+            attrs[key] = value
+    attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] = s["tokens_out"]
+    if req._tokens_cached:
+        attrs[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = req._tokens_cached
+    itl = s["itl"]
+    if itl is not None:
+        attrs.update({A.ITL_COUNT: itl.count, A.ITL_MEAN: itl.mean_s, A.ITL_P50: itl.p50_s,
+                      A.ITL_P90: itl.p90_s, A.ITL_P99: itl.p99_s, A.ITL_MAX: itl.max_s})
+    if req._content:
+        attrs.update(req._content)
+    return attrs
+
+
+def build_record(req: RequestContext) -> RequestRecord:
+    """The contract's per-request record of a finished request."""
+    s = req._summary
+    assert s is not None
+    itl: ItlSummary | None = s["itl"]
+    root = req._root
+    trace_id = format(root.span_context.trace_id, "032x") if root is not None else "0" * 32
+    inst = req._inst
+    return RequestRecord(
+        trace_id=trace_id, region=inst.region, model=req.model, start_ns=req._wall0,
+        end_ns=req._wall_ns(s["end"]), e2e_s=s["e2e_s"], model_version=inst.settings.model_version,
+        track=inst.settings.track, engine=inst.engine, ttft_s=s["ttft_s"], queue_s=s["queue_s"],
+        prefill_s=s["prefill_s"], decode_s=s["decode_s"], itl_count=itl.count if itl else 0,
+        itl_mean_s=itl.mean_s if itl else None, itl_p50_s=itl.p50_s if itl else None,
+        itl_p90_s=itl.p90_s if itl else None, itl_p99_s=itl.p99_s if itl else None,
+        itl_max_s=itl.max_s if itl else None, tokens_in=s["tokens_in"] or 0, tokens_out=s["tokens_out"],
+        tokens_cached=req._tokens_cached, finish_reason=req._finish_reason, error_type=req._error)

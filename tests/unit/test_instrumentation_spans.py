@@ -301,3 +301,16 @@ def test_per_token_marks_never_reach_opentelemetry():
     assert len(ended) == 1  # the root only: no span, event or export per token
     assert ended[0].events == () or all(e.name != "token" for e in ended[0].events)
     assert ended[0].attributes[A.ITL_COUNT] == 5000
+
+
+def test_region_falls_back_to_the_resource_then_unknown():
+    from opentelemetry.sdk.resources import Resource
+
+    tp = TracerProvider(resource=Resource.create({A.CLOUD_REGION: "sa-east-1"}))
+    inst = Instrumentation(tracer_provider=tp, meter_provider=MeterProvider(), gpu=False, settings=Settings())
+    with inst.request("llama") as req:
+        pass
+    assert req.record().region == "sa-east-1"
+    bare = Instrumentation(tracer_provider=TracerProvider(resource=Resource.get_empty()),
+                           meter_provider=MeterProvider(), gpu=False, settings=Settings())
+    assert bare.region == "unknown"
