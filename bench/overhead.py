@@ -1,0 +1,172 @@
+"""Overhead of infersight's request instrumentation vs the plain OpenTelemetry SDK, in one run.
+
+    python bench/overhead.py [--quick] [--out bench/results/overhead.json]
+
+Measures CPU time (process_time) per request:
+- ours, traced: root + 5 stage spans (routing, safety, queue, prefill, decode), 16 token marks, the
+  per-request histograms (duration, TTFT, TPOT, ITL p99, queue time, token usage in/out);
+- the plain SDK doing the same work: the same six spans through ``tracer.start_as_current_span`` with
+  the same attributes, and the same seven histogram records;
+- ours with the trace sampled out (metrics and the per-request record still produced);
+- per token: one ``req.token()`` call (loop overhead included).
+Both span pipelines end in a BatchSpanProcessor with an exporter that drops everything, so the export
+thread's work is part of the process CPU measured. Not a test: figures go to the results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+from infersight.instrumentation import Instrumentation, Settings
+from infersight.instrumentation.meters import RequestMetrics
+from infersight.schemas import attributes as A
+
+TOKENS = 16
+RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
+
+
+class DropExporter(SpanExporter):
+    def export(self, spans: Sequence) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def _providers(sampler) -> tuple[TracerProvider, MeterProvider]:
+    tp = TracerProvider(sampler=sampler)
+    tp.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=65536, schedule_delay_millis=200))
+    return tp, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+def ours_factory(sampler) -> tuple[Callable[[], None], Callable[[], None]]:
+    tp, mp = _providers(sampler)
+    records: collections.deque = collections.deque(maxlen=1024)
+    inst = Instrumentation(tracer_provider=tp, meter_provider=mp, gpu=False, on_record=records.append,
+                           settings=Settings(region="eu-west-1", track="stable", model_version="v1"))
+
+    def one() -> None:
+        with inst.request("llama-3-8b") as req:
+            with req.stage("routing"):
+                pass
+            with req.safety("input", check="pii") as guard:
+                guard.verdict("pass")
+            with req.stage("queue"):
+                pass
+            with req.stage("prefill"):
+                pass
+            with req.stage("decode"):
+                req.first_token()
+                for _ in range(TOKENS - 1):
+                    req.token()
+            req.usage(input_tokens=812, output_tokens=TOKENS)
+            req.finish("stop")
+
+    return one, lambda: (tp.force_flush(), tp.shutdown())
+
+
+def sdk_factory() -> tuple[Callable[[], None], Callable[[], None]]:
+    tp, mp = _providers(ALWAYS_ON)
+    tracer = tp.get_tracer("bench.plain")
+    m = RequestMetrics(mp.get_meter("bench.plain"))
+    base = {A.GEN_AI_REQUEST_MODEL: "llama-3-8b", A.GEN_AI_OPERATION_NAME: "chat",
+            A.GEN_AI_PROVIDER_NAME: "custom", A.DEPLOYMENT_TRACK: "stable", A.MODEL_VERSION: "v1"}
+    tin, tout = {**base, A.GEN_AI_TOKEN_TYPE: "input"}, {**base, A.GEN_AI_TOKEN_TYPE: "output"}
+    root_attrs = {**base, A.ENGINE: "custom", A.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",), A.E2E: 0.5,
+                  A.TTFT: 0.05, A.TPOT: 0.02, A.QUEUE_DURATION: 0.01, A.PREFILL_DURATION: 0.03,
+                  A.DECODE_DURATION: 0.3, A.GEN_AI_USAGE_INPUT_TOKENS: 812, A.GEN_AI_USAGE_OUTPUT_TOKENS: TOKENS,
+                  A.ITL_COUNT: 15, A.ITL_MEAN: 0.02, A.ITL_P50: 0.02, A.ITL_P90: 0.03, A.ITL_P99: 0.04,
+                  A.ITL_MAX: 0.04}
+
+    def one() -> None:
+        with tracer.start_as_current_span("chat llama-3-8b") as root:
+            with tracer.start_as_current_span("routing", attributes={A.STAGE: "routing"}):
+                pass
+            with tracer.start_as_current_span("safety", attributes={A.STAGE: "safety"}) as s:
+                s.set_attribute(A.SAFETY_VERDICT, "pass")
+            for stage in ("queue", "prefill", "decode"):
+                with tracer.start_as_current_span(stage, attributes={A.STAGE: stage}):
+                    pass
+            root.set_attributes(root_attrs)
+        for hist, value, attrs in ((m.duration, 0.5, base), (m.ttft, 0.05, base), (m.tpot, 0.02, base),
+                                   (m.itl_p99, 0.04, base), (m.queue, 0.01, base), (m.tokens, 812, tin),
+                                   (m.tokens, TOKENS, tout)):
+            hist.record(value, attrs)
+
+    return one, lambda: (tp.force_flush(), tp.shutdown())
+
+
+def cpu_us_per_call(fn: Callable[[], None], n: int, repeats: int) -> float:
+    for _ in range(min(n, 200)):
+        fn()  # warm-up: caches, first-use imports
+    samples = []
+    for _ in range(repeats):
+        start = time.process_time_ns()
+        for _ in range(n):
+            fn()
+        samples.append((time.process_time_ns() - start) / n / 1e3)
+    return statistics.median(samples)
+
+
+def per_token_ns(n: int, repeats: int) -> float:
+    tp, mp = _providers(ALWAYS_OFF)
+    inst = Instrumentation(tracer_provider=tp, meter_provider=mp, gpu=False, settings=Settings())
+    samples = []
+    for _ in range(repeats):
+        with inst.request("llama-3-8b") as req:
+            req.first_token()
+            token = req.token
+            start = time.process_time_ns()
+            for _ in range(n):
+                token()
+            samples.append((time.process_time_ns() - start) / n)
+    return statistics.median(samples)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (well under a minute)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    n, repeats, tokens = (1000, 3, 200_000) if args.quick else (5000, 5, 1_000_000)
+    gc.collect()
+    results: dict = {}
+    for key, factory in (("sdk_per_request_traced_us", sdk_factory),
+                         ("per_request_traced_us", lambda: ours_factory(ALWAYS_ON)),
+                         ("per_request_untraced_us", lambda: ours_factory(ALWAYS_OFF))):
+        one, close = factory()
+        results[key] = round(cpu_us_per_call(one, n, repeats), 2)
+        close()
+    results["per_token_ns"] = round(per_token_ns(tokens, repeats), 1)
+    ratio = results["per_request_traced_us"] / results["sdk_per_request_traced_us"]
+    results["traced_vs_sdk_ratio"] = round(ratio, 3)
+    # The issue's targets were set where the plain SDK cost ~195 µs for this request; this machine may be
+    # slower, so the untraced figure is also given scaled to that reference by the SDK's own cost here.
+    results["per_request_untraced_us_at_sdk_195us"] = round(
+        results["per_request_untraced_us"] * 195.0 / results["sdk_per_request_traced_us"], 2)
+    results["targets"] = {"traced_vs_sdk_ratio_max": 0.5, "per_request_untraced_us_max": 30.0,
+                          "per_token_ns_max": 300.0}
+    results["config"] = {"requests_per_repeat": n, "repeats": repeats, "tokens_per_request": TOKENS,
+                         "quick": args.quick, "python": platform.python_version(),
+                         "machine": platform.machine(), "cpus": os.cpu_count(),
+                         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
