@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from infersight.flink_jobs import submit
 from infersight.flink_jobs.otlp_spans import iter_spans
 from infersight.schemas.attributes import CLOUD_REGION
-from infersight.schemas.topics import METRICS, OTLP_SPANS, Topic
+from infersight.schemas.topics import METRICS, OTLP_METRICS, OTLP_SPANS, Topic
 from infersight.stack.kafka_admin import ensure_topics
 from tests.integration.kafka_util import consume_until
 
@@ -63,6 +63,34 @@ def test_span_reaches_kafka_with_region_stamped(stack, region):
     assert span["name"] == "chat slice-model"
     # partition_traces_by_id: the record key is the trace id, so a trace stays on one partition.
     assert msg.key() is not None and msg.key().decode() == trace_id
+
+
+def test_pod_metrics_reach_kafka_with_region_stamped(stack, region):
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    marker = str(uuid.uuid4())
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=stack.layout.otlp_endpoint(region), insecure=True),
+        export_interval_millis=3_600_000)
+    provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": "slice-test"}))
+    provider.get_meter("slice").create_counter("slice.requests").add(3, {"test.marker": marker})
+    provider.force_flush()
+    provider.shutdown()
+
+    def ours(msg):
+        req = ExportMetricsServiceRequest.FromString(msg.value())
+        for rm in req.resource_metrics:
+            region_attr = {kv.key: kv.value.string_value for kv in rm.resource.attributes}.get(CLOUD_REGION)
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    for point in metric.sum.data_points:
+                        if any(kv.value.string_value == marker for kv in point.attributes):
+                            return region_attr, point.as_int
+        return None
+
+    assert consume_until(stack.layout.kafka_bootstrap, OTLP_METRICS.name, ours) == (region, 3)
 
 
 def test_flink_job_reads_spans_topic_and_writes_another(stack, region):
