@@ -229,7 +229,7 @@ class StackLayout:
                 (pkg / entry.name).symlink_to(entry)
         for component in ("schemas", "instrumentation", "collectors", "flink_jobs", "dashboards", "stack"):
             module = importlib.import_module(f"infersight.{component}")
-            (pkg / component).symlink_to(Path(module.__file__).parent, target_is_directory=True)
+            (pkg / component).symlink_to(Path(str(module.__file__)).parent, target_is_directory=True)
         return root
 
     def write_flink_conf(self) -> None:
@@ -262,8 +262,8 @@ class StackLayout:
 
     def flink_taskmanager(self) -> Component:
         def registered() -> bool:
-            overview = http_json(f"{self.flink_rest_url}/overview")
-            return bool(overview) and overview.get("taskmanagers", 0) >= 1
+            overview = http_json(f"{self.flink_rest_url}/overview") or {}
+            return overview.get("taskmanagers", 0) >= 1
 
         return Component(
             name="flink-taskmanager",

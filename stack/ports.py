@@ -68,7 +68,9 @@ class PortPlan:
             for s in socks:
                 s.close()
         gateways = tuple(GatewayPorts(*ports[7 + 4 * i: 11 + 4 * i]) for i in range(regions))
-        return cls(host, *ports[:7], gateways=gateways)
+        kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry = ports[:7]
+        return cls(host, kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry,
+                   gateways)
 
     def named(self) -> Iterator[tuple[str, int]]:
         """Every port with the name of what listens there."""
