@@ -25,7 +25,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from infersight.instrumentation.torch_compile import watcher as W
 from infersight.instrumentation.torch_compile.package import _instruments
 
-_log = logging.getLogger("infersight.instrumentation.torch_compile")
+_log = logging.getLogger(__name__)
 ENV_ENABLED = "OTEL_PYTHON_INFERSIGHT_TORCH_COMPILE_ENABLED"
 _DYNAMO = "torch._dynamo"
 

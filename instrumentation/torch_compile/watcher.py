@@ -29,8 +29,8 @@ from infersight.instrumentation.spans import SCOPE_VERSION
 from infersight.instrumentation.torch_compile import names as N
 from infersight.schemas import attributes as A
 
-_log = logging.getLogger("infersight.instrumentation.torch_compile")
-SCOPE_NAME = "infersight.instrumentation.torch_compile"
+_log = logging.getLogger(__name__)
+SCOPE_NAME = __package__  # infersight.instrumentation.torch_compile
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
 
-_log = logging.getLogger("infersight.instrumentation.triton")
-SCOPE_NAME = "infersight.instrumentation.triton"
+_log = logging.getLogger(__name__)
+SCOPE_NAME = __package__  # infersight.instrumentation.triton
 _ADDRESS = "_infersight_server_address"
 _PROPAGATION_KEYS = ("traceparent", "tracestate")
 

@@ -22,7 +22,7 @@ from infersight.instrumentation.spans import SCOPE_VERSION
 from infersight.instrumentation.triton import client
 from infersight.instrumentation.triton.package import _instruments
 
-_log = logging.getLogger("infersight.instrumentation.triton")
+_log = logging.getLogger(__name__)
 ENV_ENABLED = "OTEL_PYTHON_INFERSIGHT_TRITON_ENABLED"
 
 

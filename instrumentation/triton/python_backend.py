@@ -44,8 +44,8 @@ from infersight.instrumentation.spans import SCOPE_VERSION
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
 
-_log = logging.getLogger("infersight.instrumentation.triton")
-SCOPE_NAME = "infersight.instrumentation.triton.python_backend"
+_log = logging.getLogger(__name__)
+SCOPE_NAME = __name__  # infersight.instrumentation.triton.python_backend
 
 
 def request_parent_context(request: Any) -> context_api.Context | None:
