@@ -30,6 +30,9 @@ def test_wheel_has_only_the_infersight_namespace(wheel):
     assert {t for t in tops if not t.endswith(".dist-info")} == {"infersight"}
     for component in COMPONENTS:
         assert f"infersight/{component}/__init__.py" in names
+        # Every subpackage in the source tree ships too (the package list is explicit).
+        for init in (REPO / component).rglob("__init__.py"):
+            assert f"infersight/{component}/{init.relative_to(REPO / component)}" in names, init
     # Config files travel with the code that starts them.
     for data in ("infersight/collectors/gateway.yaml", "infersight/collectors/sink.yaml",
                  "infersight/collectors/builder-config.yaml", "infersight/stack/pom.xml",
