@@ -13,8 +13,10 @@ from infersight.schemas import attributes as A
 from infersight.schemas.attributes import ATTRIBUTES
 from infersight.schemas.metrics import EVENTS, METRICS
 from infersight.schemas.spec import Entry, Instrument, Kind, Source
+from infersight.schemas.torch_compile import ENTRIES as TORCH_COMPILE_ENTRIES
+from infersight.schemas.triton import ENTRIES as TRITON_ENTRIES
 
-ALL_ENTRIES: tuple[Entry, ...] = ATTRIBUTES + METRICS + EVENTS
+ALL_ENTRIES: tuple[Entry, ...] = ATTRIBUTES + METRICS + EVENTS + TRITON_ENTRIES + TORCH_COMPILE_ENTRIES
 
 
 def _index(entries: tuple[Entry, ...]) -> dict[str, Entry]:

@@ -16,9 +16,9 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from infersight.instrumentation.spans import SCOPE_VERSION
-from infersight.instrumentation.torch_compile import names as N
 from infersight.instrumentation.torch_compile.watcher import SCOPE_NAME, current_watcher
 from infersight.schemas import attributes as A
+from infersight.schemas import torch_compile as N
 
 
 class InstrumentedModule:

@@ -26,8 +26,8 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from infersight.instrumentation.spans import SCOPE_VERSION
-from infersight.instrumentation.torch_compile import names as N
 from infersight.schemas import attributes as A
+from infersight.schemas import torch_compile as N
 
 _log = logging.getLogger(__name__)
 SCOPE_NAME = __package__  # infersight.instrumentation.torch_compile

@@ -24,8 +24,8 @@ from starlette.testclient import TestClient
 from infersight.instrumentation import Instrumentation, Settings
 from infersight.instrumentation.reference_server import Engine, create_app
 from infersight.instrumentation.torch_compile import TorchCompileInstrumentor
-from infersight.instrumentation.torch_compile import names as N
 from infersight.schemas import attributes as A
+from infersight.schemas import torch_compile as N
 
 TRACE_ID, PARENT_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 VENV_BIN = Path(sys.executable).parent

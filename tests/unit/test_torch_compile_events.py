@@ -19,7 +19,7 @@ from infersight.instrumentation.torch_compile import (
     event_from_metrics,
     instrument_module,
 )
-from infersight.instrumentation.torch_compile import names as N
+from infersight.schemas import torch_compile as N
 
 
 @pytest.fixture

@@ -1,8 +1,7 @@
 """Telemetry names of the torch.compile adapter, as registry entries.
 
-They are ``infersight.*`` names (no semantic convention covers compilation). They live here, not in
-``schemas/``, only because that folder's registry belongs to another change; :data:`ENTRIES` is the list
-to merge into ``schemas.registry`` (and so into the generated reference page).
+They are ``infersight.*`` names (no semantic convention covers compilation); :data:`ENTRIES` is part
+of ``schemas.registry`` and so of the generated reference page.
 """
 
 from __future__ import annotations
