@@ -162,9 +162,14 @@ def main(argv: list[str] | None = None) -> dict:
                          "quick": args.quick, "python": platform.python_version(),
                          "machine": platform.machine(), "cpus": os.cpu_count(),
                          "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    print(json.dumps(results, indent=2))
+    if args.out.exists():  # keep the vLLM figures that bench/vllm_overhead.py merged into the same file
+        previous = json.loads(args.out.read_text())
+        kept = {k: v for k, v in previous.items() if k.startswith("vllm_")}
+        kept_targets = {k: v for k, v in previous.get("targets", {}).items() if k.startswith("vllm_")}
+        results = {**results, **kept, "targets": {**results["targets"], **kept_targets}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
     return results
 
 
