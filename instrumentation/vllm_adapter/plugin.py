@@ -25,7 +25,7 @@ from infersight.instrumentation.vllm_adapter.tracecontext import (
 )
 from infersight.instrumentation.vllm_adapter.translate import StatsTranslator
 
-_log = logging.getLogger("infersight.instrumentation.vllm")
+_log = logging.getLogger(__name__)
 PINNED_VLLM_VERSION = "0.32.0"
 ENTRY_POINT_NAME = "infersight"
 _version_checked = False

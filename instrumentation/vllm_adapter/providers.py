@@ -22,7 +22,7 @@ from opentelemetry import metrics, trace
 
 from infersight.instrumentation.config import Settings, build_resource
 
-_log = logging.getLogger("infersight.instrumentation.vllm")
+_log = logging.getLogger(__name__)
 
 
 @dataclass

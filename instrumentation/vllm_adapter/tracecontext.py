@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-_log = logging.getLogger("infersight.instrumentation.vllm")
+_log = logging.getLogger(__name__)
 
 LLM_REQUEST_SPAN = "llm_request"  # vllm/v1/engine/output_processor.py, do_tracing()
 MAX_PENDING = 65_536

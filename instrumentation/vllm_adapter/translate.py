@@ -39,7 +39,7 @@ from infersight.instrumentation.summary import itl_summary
 from infersight.schemas import attributes as A
 from infersight.schemas.records import FINISH_REASONS
 
-_log = logging.getLogger("infersight.instrumentation.vllm")
+_log = logging.getLogger(__name__)
 NS = 1_000_000_000
 STEP_HISTORY = 65_536
 _CHAT_ID_PREFIX = "chatcmpl-"  # vLLM's OpenAI server: chat request ids; plain completions are "cmpl-"
