@@ -81,6 +81,7 @@ def engine(tmp_path_factory):
         yield state
     finally:
         llm.shutdown()
+        loop.run_until_complete(asyncio.sleep(0.1))  # let the cancelled output-handler task finish
         state.clear()
         del llm
         gc.collect()  # AsyncLLM.__del__ shuts down again; let it run now, not at interpreter exit
