@@ -125,8 +125,9 @@ class StackLayout:
             if not (data / "meta.properties").exists():
                 cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
                 subprocess.run(
+                    # `=` form: a base64 id may start with "-", which argparse would read as an option.
                     [java, *jvm, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
-                     "-t", cluster_id, "-c", str(conf)],
+                     f"--cluster-id={cluster_id}", "-c", str(conf)],
                     check=True, capture_output=True, text=True,
                 )
 

@@ -57,3 +57,18 @@ def test_collector_configs_validate_with_the_built_otelcol(stack, config):
     out = subprocess.run([str(paths.otelcol_binary()), "validate", f"--config={paths.collector_config(config)}"],
                          env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_kafka_storage_formats_with_a_cluster_id_that_starts_with_a_dash(tmp_path, monkeypatch):
+    """Regression: a base64 cluster id may begin with "-" (1 in 64), which argparse read as an option."""
+    import uuid
+
+    from infersight.stack import components
+    from infersight.stack.components import StackLayout
+    from infersight.stack.ports import PortPlan
+
+    monkeypatch.setattr(components.uuid, "uuid4", lambda: uuid.UUID(bytes=b"\xf8" + bytes(range(15))))
+    layout = StackLayout(tmp_path, PortPlan.free())
+    layout.kafka().prepare()
+    meta = (layout.data / "kafka" / "meta.properties").read_text()
+    assert "cluster.id=-" in meta
