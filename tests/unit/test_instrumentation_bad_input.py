@@ -18,17 +18,7 @@ from infersight.instrumentation import selftelemetry as kinds
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.records import validate
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def ms(self, millis: float) -> None:
-        self.now += int(millis * 1_000_000)
+from tests.unit.fakes import FakeClock
 
 
 def make(**kwargs):

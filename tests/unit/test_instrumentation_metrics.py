@@ -18,17 +18,7 @@ from infersight.instrumentation.gpu import register_gpu_gauges
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.registry import histogram_buckets
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def ms(self, millis: float) -> None:
-        self.now += int(millis * 1_000_000)
+from tests.unit.fakes import FakeClock
 
 
 def make(sampler=ALWAYS_ON, reader=None, meter_provider=None, **kwargs):

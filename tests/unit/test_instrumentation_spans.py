@@ -17,21 +17,11 @@ from infersight.instrumentation import Instrumentation, Settings
 from infersight.schemas import attributes as A
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT, SAFETY_CHECK_EVENT
 from infersight.schemas.records import validate
+from tests.unit.fakes import FakeClock
 
 WALL0 = 1_700_000_000_000_000_000
 PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT_SPAN = "b7ad6b7169203331"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 5_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def ms(self, millis: float) -> None:
-        self.now += int(millis * 1_000_000)
 
 
 class Harness:
@@ -41,7 +31,7 @@ class Harness:
         self.tp.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.reader = InMemoryMetricReader()
         self.mp = MeterProvider(metric_readers=[self.reader])
-        self.clock = FakeClock()
+        self.clock = FakeClock(5_000_000_000)
         self.records: list = []
         kwargs.setdefault("settings", Settings(region="eu-west-1", track="canary", model_version="v7"))
         self.inst = Instrumentation(tracer_provider=tracer_provider or self.tp, meter_provider=self.mp,
