@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infersight.stack import paths
 from infersight.stack.components import Component, StackLayout
 from infersight.stack.errors import StackError
 from infersight.stack.kafka_admin import ensure_topics
@@ -186,9 +185,6 @@ class Stack:
             shutil.rmtree(self.layout.data, ignore_errors=True)
             self.log(f"  data wiped: {self.layout.data}")
         return stopped
-
-    def flink_python(self) -> Path:
-        return paths.venv_python()
 
 
 def _alive(pid: int) -> bool:
