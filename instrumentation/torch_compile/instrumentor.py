@@ -14,14 +14,13 @@ Per-call latency needs one line, since only the application knows which module s
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
+from infersight.instrumentation.activation import may_instrument
 from infersight.instrumentation.torch_compile import watcher as W
 from infersight.instrumentation.torch_compile.package import _instruments
 
@@ -40,12 +39,7 @@ class TorchCompileInstrumentor(BaseInstrumentor):
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        if os.environ.get(ENV_ENABLED, "true").strip().lower() in ("0", "false", "no", "off"):
-            _log.info("infersight: %s=false, torch.compile not instrumented", ENV_ENABLED)
-            return
-        conflict = get_dependency_conflicts(list(_instruments))
-        if conflict is not None:
-            _log.warning("infersight: torch.compile not instrumented: %s", conflict)
+        if not may_instrument(ENV_ENABLED, _instruments, "torch.compile"):
             return
         watcher = W.CompileWatcher(kwargs.get("tracer_provider"), kwargs.get("meter_provider"),
                                    kwargs.get("compile_hook"))
