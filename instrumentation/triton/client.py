@@ -153,16 +153,23 @@ def _end_span(span: Any, result: Any = None, error: BaseException | None = None)
         span.end()
 
 
+def _begin(wrapped, instance, protocol: str, args, kwargs):
+    """(bound arguments, client span) for a call to trace, or None to pass it to tritonclient untouched
+    (a call tritonclient will reject itself, or one _start_span declines)."""
+    try:
+        bound = _bind(wrapped, args, kwargs)
+    except TypeError:
+        return None
+    started = _start_span(instance, protocol, bound)
+    return None if started is None else (bound, started[0])
+
+
 def _sync_infer(protocol: str):
     def wrapper(wrapped, instance, args, kwargs):
-        try:
-            bound = _bind(wrapped, args, kwargs)
-        except TypeError:
-            return wrapped(*args, **kwargs)  # let tritonclient report the bad call itself
-        started = _start_span(instance, protocol, bound)
-        if started is None:
+        begun = _begin(wrapped, instance, protocol, args, kwargs)
+        if begun is None:
             return wrapped(*args, **kwargs)
-        span = started[0]
+        bound, span = begun
         try:
             with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
                 result = wrapped(*bound.args, **bound.kwargs)
@@ -177,14 +184,10 @@ def _sync_infer(protocol: str):
 
 def _async_infer(protocol: str):
     def wrapper(wrapped, instance, args, kwargs):
-        try:
-            bound = _bind(wrapped, args, kwargs)
-        except TypeError:
+        begun = _begin(wrapped, instance, protocol, args, kwargs)
+        if begun is None:
             return wrapped(*args, **kwargs)
-        started = _start_span(instance, protocol, bound)
-        if started is None:
-            return wrapped(*args, **kwargs)
-        span = started[0]
+        bound, span = begun
         if protocol == "grpc":  # completion arrives in the user's callback(result=, error=)
             user_callback = bound.arguments.get("callback")
 
@@ -244,14 +247,10 @@ def _end_http_greenlet(span: Any, greenlet: Any) -> None:
 
 def _aio_infer(protocol: str):
     def wrapper(wrapped, instance, args, kwargs):
-        try:
-            bound = _bind(wrapped, args, kwargs)
-        except TypeError:
+        begun = _begin(wrapped, instance, protocol, args, kwargs)
+        if begun is None:
             return wrapped(*args, **kwargs)
-        started = _start_span(instance, protocol, bound)
-        if started is None:
-            return wrapped(*args, **kwargs)
-        span = started[0]
+        bound, span = begun
 
         async def run():
             try:
