@@ -70,6 +70,7 @@ EVALUATION_SAMPLE_RATE = "infersight.evaluation.sample_rate"
 INSTRUMENTATION_ERROR_KIND = "infersight.instrumentation.error.kind"
 
 TRACKS = ("stable", "canary", "shadow")
+ENGINES = ("vllm", "triton", "torch.compile", "custom")  # values of infersight.engine the jobs accept
 SAFETY_VERDICTS = ("pass", "flag", "block")
 
 _S, _SEM, _V, _US = Kind.SPAN, Source.SEMCONV, Source.VLLM, Source.INFERSIGHT

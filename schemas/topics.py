@@ -37,6 +37,12 @@ OTLP_SPANS = Topic(
     partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
     description="Every span from every region, region stamped as resource cloud.region.",
 )
+OTLP_REQUESTS = Topic(
+    "infersight.otlp.requests", "OTLP ExportTraceServiceRequest (protobuf), request-level spans only",
+    "trace id", partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
+    description="Only the spans that describe a whole request (our root span, vLLM's llm_request, "
+                "Triton's request spans): what the normalize job reads. See DESIGN.md for why.",
+)
 OTLP_METRICS = Topic(
     "infersight.otlp.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "none",
     partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
@@ -46,6 +52,11 @@ REQUESTS = Topic(
     "infersight.requests", "per-request record (JSON)", "trace id",
     partitions=3, retention_ms=7 * DAY_MS, producer="flink normalize job",
     description="One normalised record per inference request.",
+)
+PODS = Topic(
+    "infersight.pods", "per-pod gauge record (JSON)", "region",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink normalize job",
+    description="One record per pod gauge data point (queue depth, KV-cache use, GPU gauges).",
 )
 METRICS = Topic(
     "infersight.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "series",
@@ -79,5 +90,5 @@ ROLLOUT_VERDICTS = Topic(
 )
 
 ALL_TOPICS: tuple[Topic, ...] = (
-    OTLP_SPANS, OTLP_METRICS, REQUESTS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
+    OTLP_SPANS, OTLP_REQUESTS, OTLP_METRICS, REQUESTS, PODS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
 )

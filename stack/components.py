@@ -203,10 +203,28 @@ class StackLayout:
             "FLINK_CONF_DIR": str(self.flink_conf_dir),
             "FLINK_LOG_DIR": str(self.logs / "flink"),
             "FLINK_PID_DIR": str(self.state_dir / "flink-pids"),
+            "FLINK_LIB_DIR": str(self.flink_lib_dir()),
             # Thread mode runs Python inside the task manager (pemja), which reads PYTHONPATH but
             # not .pth files: give it our package tree and the environment's site-packages.
             "PYTHONPATH": f"{self.python_import_root()}:{sysconfig.get_paths()['purelib']}",
         }
+
+    def flink_lib_dir(self) -> Path:
+        """pyflink's ``lib/`` plus ``opt/flink-python``, as symlinks.
+
+        With flink-python (which holds pemja) only on each job's classpath, every thread-mode job
+        after the first fails in the task manager with ``NoSuchFieldException: loadedLibraryNames``
+        (pemja loads libpython once per JVM, then cannot from a second job's class loader on Java 17).
+        On the cluster's own classpath, and parent-first, it is loaded once for all jobs.
+        """
+        home = paths.pyflink_home()
+        lib = self.state_dir / "flink-lib"
+        if lib.exists():
+            shutil.rmtree(lib)
+        lib.mkdir(parents=True)
+        for jar in [*sorted((home / "lib").glob("*.jar")), *sorted((home / "opt").glob("flink-python-*.jar"))]:
+            (lib / jar.name).symlink_to(jar)
+        return lib
 
     def python_import_root(self) -> Path:
         """A folder holding ``infersight/`` as Python sees it, made of symlinks to the sources.

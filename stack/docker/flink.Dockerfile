@@ -15,7 +15,11 @@ COPY flink_jobs ./flink_jobs
 COPY dashboards ./dashboards
 COPY stack ./stack
 RUN pip install --no-cache-dir -c requirements.lock ".[pipeline]" \
- && INFERSIGHT_CACHE=/opt/infersight/cache infersight setup --only jars
+ && INFERSIGHT_CACHE=/opt/infersight/cache infersight setup --only jars \
+ && PYFLINK=$(python -c "import pyflink, os; print(os.path.dirname(pyflink.__file__))") \
+ && cp "$PYFLINK"/opt/flink-python-*.jar "$PYFLINK"/lib/
+# ^ flink-python (pemja) on the cluster's classpath: every thread-mode job after the first needs it
+#   there (see infersight.stack.components.StackLayout.flink_lib_dir).
 ENV INFERSIGHT_CACHE=/opt/infersight/cache
 ENTRYPOINT ["infersight", "flink-node"]
 CMD ["jobmanager"]

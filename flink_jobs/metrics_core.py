@@ -1,0 +1,158 @@
+"""The metrics job's pure core: window keys, what each window result becomes as OTLP metrics, pod gauge
+roll-ups per region, and cost. The Flink wiring is in ``metrics_job``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infersight.flink_jobs.otlp_metrics import MetricsBatch
+from infersight.flink_jobs.window_stats import Cumulative, WindowStats
+from infersight.schemas import metrics as M
+from infersight.schemas import pipeline as P
+
+JOB = "infersight-metrics"
+MS = 1_000_000  # ns per ms
+
+
+def series_key(record: dict[str, Any]) -> str:
+    """The window key: region, model, model version, track, engine (bounded label values)."""
+    return "\x1f".join((record["region"], record["model"], record.get("model_version") or "",
+                        record.get("track") or "stable", record.get("engine") or "custom"))
+
+
+def global_key(key: str) -> str:
+    """The roll-up key: the same series with the region replaced by ``global``."""
+    return P.GLOBAL_REGION + key[key.index("\x1f"):]
+
+
+def labels_of(key: str) -> dict[str, str]:
+    return dict(zip(P.SERIES_LABELS, key.split("\x1f"), strict=True))
+
+
+def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: Cumulative) -> bytes:
+    """One window of one series: counters and histograms (cumulative), per-window gauges and quantiles."""
+    labels = labels_of(key)
+    batch = MetricsBatch(JOB)
+    t, t0 = window_end_ns, cumulative.start_ns
+    batch.counter(P.REQUESTS, "{request}", labels, cumulative.requests, t0, t)
+    for error, n in sorted(cumulative.errors.items()):
+        batch.counter(P.ERRORS, "{request}", {**labels, P.LABEL_ERROR_TYPE: error}, n, t0, t)
+    for kind, n in cumulative.tokens.items():
+        batch.counter(P.TOKENS, "{token}", {**labels, P.LABEL_TOKEN_TYPE: kind}, n, t0, t)
+    batch.gauge(P.WINDOW_REQUESTS, "{request}", labels, stats.requests, t)
+    if stats.requests:
+        batch.gauge(P.WINDOW_ERROR_RATIO, "1", labels, stats.error_count / stats.requests, t)
+    for field, (name, bounds) in P.DISTRIBUTIONS.items():
+        if cumulative.ns[field]:
+            batch.histogram(name, "s", labels, bounds, cumulative.counts[field], cumulative.totals[field], t0, t)
+        dist = stats.dists[field]
+        for q in P.QUANTILES:
+            value = dist.quantile(q)
+            if value is not None:
+                batch.gauge(name + P.WINDOW_QUANTILE_SUFFIX, "s", {**labels, P.LABEL_QUANTILE: str(q)}, value, t)
+    return batch.serialize()
+
+
+def encode_late(region: str, total: int, start_ns: int, time_ns: int) -> bytes:
+    batch = MetricsBatch(JOB)
+    batch.counter(P.LATE_RECORDS, "{request}", {P.LABEL_REGION: region}, total, start_ns, time_ns)
+    return batch.serialize()
+
+
+# ---- pod gauges and cost ----
+
+@dataclass(frozen=True)
+class Pricing:
+    """GPU $/hour by region and GPU type, from a JSON file: ``{"default": 2.5, "regions": {"us-east-1":
+    {"H100": 4.1, "default": 3.0}}}``. Unknown region or type falls back to the region's then the global
+    default."""
+
+    table: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> Pricing:
+        if path is None:
+            path = Path(__file__).with_name("pricing.json")
+        return cls(json.loads(Path(path).read_text()))
+
+    def usd_per_gpu_hour(self, region: str, gpu_type: str) -> float:
+        regional = self.table.get("regions", {}).get(region, {})
+        return float(regional.get(gpu_type, regional.get("default", self.table.get("default", 0.0))))
+
+
+@dataclass(slots=True)
+class PodWindow:
+    """One region's pod gauges in one window: each pod's last value per gauge, and its GPUs."""
+
+    last: dict[tuple[str, str], tuple[int, float]]  # (metric, pod) -> (time_ns, value)
+    gpus: dict[str, tuple[str, int]]                 # pod -> (gpu type, GPU count)
+
+    @classmethod
+    def empty(cls) -> PodWindow:
+        return cls({}, {})
+
+    def add(self, g: dict[str, Any]) -> PodWindow:
+        key = (g["metric"], g["pod"])
+        seen = self.last.get(key)
+        if seen is None or g["time_ns"] >= seen[0]:
+            self.last[key] = (g["time_ns"], g["value"])
+        pod = g["pod"].split("/", 1)[0]
+        if g.get("gpu_count"):
+            self.gpus[pod] = (g.get("gpu_type") or "", g["gpu_count"])
+        return self
+
+    def merge(self, other: PodWindow) -> PodWindow:
+        for key, (t, v) in other.last.items():
+            seen = self.last.get(key)
+            if seen is None or t >= seen[0]:
+                self.last[key] = (t, v)
+        self.gpus.update(other.gpus)
+        return self
+
+    def region_stats(self) -> dict[str, dict[str, float]]:
+        by_metric: dict[str, list[float]] = {}
+        for (metric, _pod), (_t, value) in self.last.items():
+            by_metric.setdefault(metric, []).append(value)
+        out: dict[str, dict[str, float]] = {}
+        for metric, values in by_metric.items():
+            funcs = {"sum": sum(values), "mean": sum(values) / len(values), "max": max(values), "min": min(values)}
+            out[metric] = {stat: funcs[stat] for stat in P.POD_GAUGE_STATS[metric]}
+        return out
+
+    def cost(self, region: str, window_s: float, pricing: Pricing) -> tuple[float, float, float]:
+        """(GPU-seconds, cost $, idle cost $) of the window: every GPU of every pod seen is paid for;
+        the idle share is (1 - the region's mean GPU utilisation), zero when utilisation is unknown."""
+        gpu_seconds = cost = 0.0
+        for gpu_type, count in self.gpus.values():
+            gpu_seconds += count * window_s
+            cost += count * window_s * pricing.usd_per_gpu_hour(region, gpu_type) / 3600.0
+        util = self.region_stats().get(M.HW_GPU_UTILIZATION, {}).get("mean")
+        idle = cost * (1.0 - min(max(util, 0.0), 1.0)) if util is not None else 0.0
+        return gpu_seconds, cost, idle
+
+
+def encode_pods(region: str, window_end_ns: int, pods: PodWindow, cumulative: dict[str, float],
+                start_ns: int) -> bytes:
+    """A region's pod gauge roll-up for one window, and its cost counters (cumulative)."""
+    batch = MetricsBatch(JOB)
+    labels = {P.LABEL_REGION: region}
+    for metric, stats in sorted(pods.region_stats().items()):
+        for stat, value in stats.items():
+            batch.gauge(P.REGION_GAUGE_PREFIX + metric, "", {**labels, P.LABEL_STAT: stat}, value, window_end_ns)
+    batch.counter(P.GPU_SECONDS, "s", labels, cumulative["gpu_seconds"], start_ns, window_end_ns)
+    batch.counter(P.COST_USD, "", labels, cumulative["cost_usd"], start_ns, window_end_ns)
+    batch.counter(P.IDLE_COST_USD, "", labels, cumulative["idle_usd"], start_ns, window_end_ns)
+    return batch.serialize()
+
+
+def encode_unit_cost(region: str, window_end_ns: int, cost_usd: float, output_tokens: int) -> bytes | None:
+    """$ per 1M output tokens of a region's window (None without output tokens)."""
+    if output_tokens <= 0 or cost_usd <= 0:  # no priced GPUs seen: no figure rather than a false $0
+        return None
+    batch = MetricsBatch(JOB)
+    batch.gauge(P.USD_PER_1M_OUTPUT_TOKENS, "", {P.LABEL_REGION: region}, cost_usd / output_tokens * 1e6,
+                window_end_ns)
+    return batch.serialize()

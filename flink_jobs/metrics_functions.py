@@ -1,0 +1,197 @@
+"""The metrics job's Flink functions (timestamps, window aggregates, keyed state). They live in their own
+module so Flink pickles them by reference: the job module runs as ``__main__`` under ``flink run``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyflink.common import Types
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import KeyedProcessFunction, ProcessWindowFunction
+from pyflink.datastream.functions import AggregateFunction, RuntimeContext
+from pyflink.datastream.state import ValueStateDescriptor
+
+from infersight.flink_jobs import metrics_core as core
+from infersight.flink_jobs.window_stats import Cumulative, WindowStats
+
+MS = core.MS
+
+
+def parse_request(value: str) -> tuple[str, int, dict[str, Any]]:
+    record = json.loads(value)
+    return core.series_key(record), record["end_ns"] // MS, record
+
+
+def parse_gauge(value: str) -> tuple[str, int, dict[str, Any]]:
+    gauge = json.loads(value)
+    return gauge["region"], gauge["time_ns"] // MS, gauge
+
+
+class SecondField(TimestampAssigner):
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return value[1]
+
+
+class StatsAggregate(AggregateFunction):
+    """Adds request records (``(key, ts, record)``) into WindowStats."""
+
+    def create_accumulator(self) -> WindowStats:
+        return WindowStats()
+
+    def add(self, value: Any, accumulator: WindowStats) -> WindowStats:
+        return accumulator.add(value[2])
+
+    def get_result(self, accumulator: WindowStats) -> WindowStats:
+        return accumulator
+
+    def merge(self, a: WindowStats, b: WindowStats) -> WindowStats:
+        return a.merge(b)
+
+
+class MergeAggregate(StatsAggregate):
+    """Merges regional window results (``(key, end_ns, WindowStats)``) into the roll-up."""
+
+    def add(self, value: Any, accumulator: WindowStats) -> WindowStats:
+        return accumulator.merge(value[2])
+
+
+class PodAggregate(AggregateFunction):
+    def create_accumulator(self) -> core.PodWindow:
+        return core.PodWindow.empty()
+
+    def add(self, value: Any, accumulator: core.PodWindow) -> core.PodWindow:
+        return accumulator.add(value[2])
+
+    def get_result(self, accumulator: core.PodWindow) -> core.PodWindow:
+        return accumulator
+
+    def merge(self, a: core.PodWindow, b: core.PodWindow) -> core.PodWindow:
+        return a.merge(b)
+
+
+class WithWindowEnd(ProcessWindowFunction):
+    """``(key, window end ns, aggregate)``; the element's timestamp is the window's last millisecond."""
+
+    def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
+        for aggregate in elements:
+            yield key, context.window().end * MS, aggregate
+
+
+class CumulateSeries(KeyedProcessFunction):
+    """Per series: running totals across windows -> one OTLP batch per window."""
+
+    def __init__(self, window_ns: int) -> None:
+        self.window_ns = window_ns
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.totals = runtime_context.get_state(ValueStateDescriptor("totals", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        key, end_ns, stats = value
+        totals = self.totals.value() or Cumulative(end_ns - self.window_ns)
+        totals.add(stats)
+        self.totals.update(totals)
+        yield core.encode_window(key, end_ns, stats, totals)
+
+
+class CumulatePods(KeyedProcessFunction):
+    """Per region: pod gauge roll-up and cumulative cost; also emits ("cost", region, $) for unit cost."""
+
+    def __init__(self, window_ns: int, pricing: core.Pricing) -> None:
+        self.window_ns, self.pricing = window_ns, pricing
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.totals = runtime_context.get_state(ValueStateDescriptor("cost", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        region, end_ns, pods = value
+        totals = self.totals.value() or {"gpu_seconds": 0.0, "cost_usd": 0.0, "idle_usd": 0.0,
+                                         "start_ns": end_ns - self.window_ns}
+        gpu_s, cost, idle = pods.cost(region, self.window_ns / 1e9, self.pricing)
+        totals["gpu_seconds"] += gpu_s
+        totals["cost_usd"] += cost
+        totals["idle_usd"] += idle
+        self.totals.update(totals)
+        yield "metrics", region, core.encode_pods(region, end_ns, pods, totals, totals["start_ns"])
+        yield "cost", region, cost
+
+
+class UnitCost(ProcessWindowFunction):
+    """Joins a region's window cost and output tokens: ``[$, tokens]`` -> $ per 1M output tokens."""
+
+    def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
+        for cost, tokens in elements:
+            encoded = core.encode_unit_cost(key, context.window().end * MS, cost, int(tokens))
+            if encoded is not None:
+                yield encoded
+
+
+class SumPair(AggregateFunction):
+    def create_accumulator(self) -> list[float]:
+        return [0.0, 0.0]
+
+    def add(self, value: Any, acc: list[float]) -> list[float]:
+        acc[0 if value[0] == "cost" else 1] += value[2]
+        return acc
+
+    def get_result(self, acc: list[float]) -> list[float]:
+        return acc
+
+    def merge(self, a: list[float], b: list[float]) -> list[float]:
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+class CountLate(KeyedProcessFunction):
+    """Per region: how many records missed their window (cumulative counter, stamped with the record's end)."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("late", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        state = self.count.value() or [0, value[2]["end_ns"]]
+        state[0] += 1
+        self.count.update(state)
+        yield core.encode_late(ctx.get_current_key(), state[0], state[1], max(state[1], value[2]["end_ns"]))
+
+
+
+
+def request_region(t: Any) -> str:
+    return t[0].split("\x1f", 1)[0]
+
+
+def output_tokens(t: Any) -> tuple[str, str, float]:
+    return "tokens", request_region(t), float(t[2].tokens["output"])
+
+
+def record_json(t: Any) -> str:
+    return json.dumps(t[2], separators=(",", ":"))
+
+
+def first(t: Any) -> Any:
+    return t[0]
+
+
+def global_key_of(t: Any) -> str:
+    return core.global_key(t[0])
+
+
+def late_region(t: Any) -> str:
+    return t[2]["region"]
+
+
+def second(t: Any) -> Any:
+    return t[1]
+
+
+def third(t: Any) -> Any:
+    return t[2]
+
+
+def is_metrics(t: Any) -> bool:
+    return t[0] == "metrics"
+
+
+def is_cost(t: Any) -> bool:
+    return t[0] == "cost"

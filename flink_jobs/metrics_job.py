@@ -1,0 +1,132 @@
+"""metrics: request records and pod gauges -> windowed OTLP metrics on ``infersight.metrics``.
+
+Event time is the request's end. Tumbling windows (10 s default) keyed by region, model, model version,
+track and engine; a roll-up over regions (``region="global"``) merges the regional windows' buckets
+and sketches. Watermarks allow bounded out-of-orderness; idle partitions are marked idle so they do
+not hold windows back; records later than that go to ``infersight.late`` and are counted in
+``infersight.late.records``. Pod gauges roll up per region per window; cost comes from a pricing file.
+Counters and histograms are cumulative per series (kept in keyed state, so checkpointed), each point
+stamped with its window's end. Sinks are transactional (exactly-once with checkpoints).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from infersight.flink_jobs import metrics_core as core
+from infersight.schemas.topics import LATE, METRICS, PODS, REQUESTS
+
+JOB = core.JOB
+MS = core.MS
+
+
+def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s: float, idle_s: float,
+          pricing: core.Pricing, exactly_once: bool = True) -> None:
+    from pyflink.common import Duration, Time, Types, WatermarkStrategy
+    from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
+    from pyflink.datastream import OutputTag
+    from pyflink.datastream.connectors.base import DeliveryGuarantee
+    from pyflink.datastream.connectors.kafka import (
+        KafkaOffsetResetStrategy,
+        KafkaOffsetsInitializer,
+        KafkaRecordSerializationSchema,
+        KafkaSink,
+        KafkaSource,
+    )
+    from pyflink.datastream.window import TumblingEventTimeWindows
+
+    from infersight.flink_jobs import metrics_functions as F
+    from infersight.flink_jobs.normalize import kafka_sink
+
+    window_ms = int(window_s * 1000)
+    window_ns = window_ms * MS
+    def windows():  # a fresh assigner per window: a used one holds an unpicklable Java handle
+        return TumblingEventTimeWindows.of(Time.milliseconds(window_ms))
+
+    def pickled():  # fresh type objects too: a used one holds a Java handle
+        return Types.PICKLED_BYTE_ARRAY()
+
+
+    def source(topic: str, name: str):
+        kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
+                 .set_group_id(f"{group_id}-{name}")
+                 .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+                 .set_property("isolation.level", "read_committed")  # only committed normalize output
+                 .set_value_only_deserializer(SimpleStringSchema()).build())
+        return env.from_source(kafka, WatermarkStrategy.no_watermarks(), name)
+
+    def event_time():
+        return (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
+                .with_timestamp_assigner(F.SecondField())
+                .with_idleness(Duration.of_millis(int(idle_s * 1000))))
+
+    # ---- requests: regional windows, roll-up, cumulative series ----
+    late_tag = OutputTag("late", pickled())
+    requests = (source(REQUESTS.name, "requests").map(F.parse_request, output_type=pickled()).name("parse-requests")
+                .assign_timestamps_and_watermarks(event_time()))
+    regional = (requests.key_by(F.first, key_type=Types.STRING()).window(windows())
+                .side_output_late_data(late_tag)
+                .aggregate(F.StatsAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
+                .name("regional-windows"))
+    rollup = (regional.key_by(F.global_key_of, key_type=Types.STRING()).window(windows())
+              .aggregate(F.MergeAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
+              .name("global-rollup"))
+    def byte_array():
+        return Types.PRIMITIVE_ARRAY(Types.BYTE())
+
+    series_out = (regional.union(rollup).key_by(F.first, key_type=Types.STRING())
+                  .process(F.CumulateSeries(window_ns), output_type=byte_array()).name("series-metrics"))
+
+    # ---- late records: to their topic, and counted ----
+    late = regional.get_side_output(late_tag)
+    late.map(F.record_json, output_type=Types.STRING()).name("late-json") \
+        .sink_to(kafka_sink(brokers, LATE.name, JOB, exactly_once)).name(LATE.name)
+    late_out = (late.key_by(F.late_region, key_type=Types.STRING())
+                .process(F.CountLate(), output_type=byte_array()).name("late-count"))
+
+    # ---- pods: region roll-up and cost; unit cost joins cost with output tokens ----
+    pods = (source(PODS.name, "pods").map(F.parse_gauge, output_type=pickled()).name("parse-pods")
+            .assign_timestamps_and_watermarks(event_time()))
+    pod_windows = (pods.key_by(F.first, key_type=Types.STRING()).window(windows())
+                   .aggregate(F.PodAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
+                   .name("pod-windows"))
+    pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
+                   .process(F.CumulatePods(window_ns, pricing), output_type=pickled()).name("pod-metrics"))
+    pod_out = pod_results.filter(F.is_metrics).map(F.third, output_type=byte_array())
+    tokens = regional.map(F.output_tokens, output_type=pickled())
+    costs = pod_results.filter(F.is_cost)
+    unit_out = (costs.union(tokens).key_by(F.second, key_type=Types.STRING()).window(windows())
+                .aggregate(F.SumPair(), F.UnitCost(), accumulator_type=pickled(), output_type=byte_array())
+                .name("unit-cost"))
+
+    metrics_sink = (
+        KafkaSink.builder().set_bootstrap_servers(brokers)
+        .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(METRICS.name)
+                               .set_value_serialization_schema(ByteArraySchema()).build())
+        .set_property("transaction.timeout.ms", "600000")
+        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE if exactly_once else DeliveryGuarantee.AT_LEAST_ONCE)
+        .set_transactional_id_prefix(f"{JOB}-{METRICS.name}")
+        .build()
+    )
+    series_out.union(late_out, pod_out, unit_out).sink_to(metrics_sink).name(METRICS.name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from infersight.flink_jobs.submit import execution_environment
+
+    parser = argparse.ArgumentParser(prog="metrics_job", description=__doc__)
+    parser.add_argument("--brokers", required=True)
+    parser.add_argument("--group-id", default=JOB)
+    parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--out-of-orderness-s", type=float, default=5.0)
+    parser.add_argument("--idle-s", type=float, default=15.0, help="a source partition silent this long is idle")
+    parser.add_argument("--pricing", default=None, help="GPU $/hour JSON (default: the packaged pricing.json)")
+    args = parser.parse_args(argv)
+    env = execution_environment()
+    build(env, args.brokers, args.group_id, args.window_s, args.out_of_orderness_s, args.idle_s,
+          core.Pricing.load(args.pricing))
+    env.execute(JOB)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""normalize: request-level OTLP spans -> ``infersight.requests``; pod OTLP metrics -> ``infersight.pods``;
+anything undecodable or off-contract -> ``infersight.dlq`` with the reason, source topic/partition/offset
+and the raw bytes. The job never stops on bad input.
+
+Exactly-once: checkpoints commit the Kafka source offsets and the sinks' transactions together.
+The Kafka source is declared in SQL because only the SQL connector exposes topic/partition/offset
+(as metadata columns) to Python; everything after it is the DataStream API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from infersight.flink_jobs.pod_gauges import gauges_from_payload
+from infersight.flink_jobs.span_records import Rejected, TimeBounds, records_from_payload
+from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
+
+JOB = "infersight-normalize"
+DEFAULT_BOUNDS = TimeBounds()
+_JSON = {"separators": (",", ":")}
+
+
+def dead_letter(reason: str, problems: list[str], topic: str, partition: int, offset: int, raw: bytes,
+                trace_id: str | None = None) -> str:
+    """The DLQ record (JSON): why, where it came from, and the bytes to replay once fixed."""
+    return json.dumps({
+        "reason": reason, "problems": problems, "job": JOB, "trace_id": trace_id,
+        "source": {"topic": topic, "partition": partition, "offset": offset},
+        "raw_base64": base64.b64encode(raw).decode("ascii"), "seen_ns": time.time_ns(),
+    }, **_JSON)
+
+
+def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: int,
+              bounds: TimeBounds = DEFAULT_BOUNDS) -> Iterator[tuple[str, str]]:
+    """Pure core: ``(output topic, JSON value)`` pairs for one Kafka record of either input topic."""
+    try:
+        if topic == OTLP_METRICS.name:
+            for gauge in gauges_from_payload(payload):
+                if isinstance(gauge, str):
+                    yield DLQ.name, dead_letter(gauge, [gauge], topic, partition, offset, payload)
+                else:
+                    yield PODS.name, json.dumps(gauge, **_JSON)
+            return
+        for item in records_from_payload(payload, now_ns, bounds):
+            if isinstance(item, Rejected):
+                yield DLQ.name, dead_letter("; ".join(item.problems), item.problems, topic, partition, offset,
+                                            item.span_bytes, item.trace_id)
+            else:
+                yield REQUESTS.name, json.dumps(item.to_dict(), **_JSON)
+    except DecodeError as exc:
+        what = "metrics" if topic == OTLP_METRICS.name else "trace"
+        reason = f"payload: not an OTLP {what} request (protobuf decode failed: {exc})"
+        yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload)
+    except Exception as exc:  # noqa: BLE001 - bad input must never stop the job
+        reason = f"payload: could not be normalised ({type(exc).__name__}: {exc})"
+        yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload)
+
+
+def kafka_sink(brokers: str, topic: str, job: str, exactly_once: bool = True):
+    from pyflink.common.serialization import SimpleStringSchema
+    from pyflink.datastream.connectors.base import DeliveryGuarantee
+    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
+
+    builder = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(brokers)
+        .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                               .set_value_serialization_schema(SimpleStringSchema()).build())
+        # Longer than a restart takes, shorter than the broker's transaction.max.timeout.ms (15 min).
+        .set_property("transaction.timeout.ms", "600000")
+        .set_property("compression.type", "zstd")
+    )
+    if exactly_once:
+        builder = (builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+                   .set_transactional_id_prefix(f"{job}-{topic}"))
+    else:
+        builder = builder.set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
+    return builder.build()
+
+
+def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str]) -> None:
+    from pyflink.common import Types
+    from pyflink.datastream import OutputTag, ProcessFunction
+    from pyflink.table import StreamTableEnvironment
+
+    t_env = StreamTableEnvironment.create(env)
+    t_env.execute_sql(f"""
+        CREATE TABLE otlp_in (
+            `topic` STRING METADATA VIRTUAL,
+            `partition` INT METADATA VIRTUAL,
+            `offset` BIGINT METADATA VIRTUAL,
+            `payload` BYTES
+        ) WITH (
+            'connector' = 'kafka',
+            'topic' = '{";".join(source_topics)}',
+            'properties.bootstrap.servers' = '{brokers}',
+            'properties.group.id' = '{group_id}',
+            'properties.isolation.level' = 'read_committed',
+            'scan.startup.mode' = 'group-offsets',
+            'properties.auto.offset.reset' = 'earliest',
+            'format' = 'raw'
+        )""")
+    rows = t_env.to_data_stream(t_env.from_path("otlp_in"))
+    dlq_tag = OutputTag("dlq", Types.STRING())
+    pods_tag = OutputTag("pods", Types.STRING())
+
+    class Normalize(ProcessFunction):
+        def process_element(self, row: Any, ctx: Any):
+            for out_topic, value in normalize(row[0], row[1], row[2], bytes(row[3]), time.time_ns(), bounds):
+                if out_topic == REQUESTS.name:
+                    yield value
+                elif out_topic == PODS.name:
+                    yield pods_tag, value
+                else:
+                    yield dlq_tag, value
+
+    records = rows.process(Normalize(), output_type=Types.STRING()).name("normalize")
+    records.sink_to(kafka_sink(brokers, REQUESTS.name, JOB)).name(REQUESTS.name)
+    records.get_side_output(pods_tag).sink_to(kafka_sink(brokers, PODS.name, JOB)).name(PODS.name)
+    records.get_side_output(dlq_tag).sink_to(kafka_sink(brokers, DLQ.name, JOB)).name(DLQ.name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from infersight.flink_jobs.submit import execution_environment
+
+    parser = argparse.ArgumentParser(prog="normalize", description=__doc__)
+    parser.add_argument("--brokers", required=True)
+    parser.add_argument("--group-id", default=JOB)
+    parser.add_argument("--source-topics", default=f"{OTLP_REQUESTS.name},{OTLP_METRICS.name}")
+    parser.add_argument("--max-future-s", type=float, default=DEFAULT_BOUNDS.max_future_s)
+    parser.add_argument("--max-age-s", type=float, default=DEFAULT_BOUNDS.max_age_s)
+    args = parser.parse_args(argv)
+    env = execution_environment()
+    build(env, args.brokers, args.group_id, TimeBounds(args.max_future_s, args.max_age_s),
+          args.source_topics.split(","))
+    env.execute(JOB)
+
+
+if __name__ == "__main__":
+    main()

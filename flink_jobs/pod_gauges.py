@@ -1,0 +1,59 @@
+"""OTLP metrics from pods -> per-pod gauge records (the ones ``schemas.pipeline.POD_GAUGE_STATS`` rolls up).
+
+Pure: no Flink. Other metrics on the topic (the pods' own histograms, counters) are skipped, not
+dead-lettered: the metrics job computes those distributions from request records instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from infersight.flink_jobs.otlp_spans import any_value
+from infersight.schemas import attributes as A
+from infersight.schemas.pipeline import GPU_COUNT_ATTRIBUTE, GPU_TYPE_ATTRIBUTE, POD_GAUGE_ALIASES, POD_GAUGE_STATS
+
+
+def _pod(resource: dict[str, Any]) -> str:
+    for key in (A.K8S_POD_NAME, "service.instance.id", "host.name"):
+        value = resource.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return str(resource.get(A.SERVICE_NAME) or "unknown")
+
+
+def gauges_from_payload(payload: bytes) -> Iterator[dict[str, Any] | str]:
+    """One dict per pod gauge data point, or a problem string for a point that breaks the contract.
+
+    Raises ``google.protobuf.message.DecodeError`` when the bytes are not an OTLP metrics request."""
+    request = ExportMetricsServiceRequest.FromString(payload)
+    for rm in request.resource_metrics:
+        resource = {kv.key: any_value(kv.value) for kv in rm.resource.attributes}
+        region = resource.get(A.CLOUD_REGION)
+        pod = _pod(resource)
+        gpu_type = str(resource.get(GPU_TYPE_ATTRIBUTE) or "")
+        gpu_count = resource.get(GPU_COUNT_ATTRIBUTE)
+        gpu_count = gpu_count if isinstance(gpu_count, int) and not isinstance(gpu_count, bool) else 0
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                name = POD_GAUGE_ALIASES.get(metric.name, metric.name)
+                if name not in POD_GAUGE_STATS:
+                    continue
+                kind = metric.WhichOneof("data")
+                if kind not in ("gauge", "sum"):
+                    yield f"{metric.name}: expected a gauge or sum, got {kind}"
+                    continue
+                if not isinstance(region, str) or not region:
+                    yield f"{A.CLOUD_REGION}: missing on the resource of {metric.name}"
+                    continue
+                for point in getattr(metric, kind).data_points:
+                    value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
+                    if point.time_unix_nano == 0:
+                        yield f"{metric.name}: data point without time_unix_nano"
+                        continue
+                    hw_id = next((any_value(kv.value) for kv in point.attributes if kv.key == A.HW_ID), None)
+                    yield {"region": region, "pod": pod if hw_id is None else f"{pod}/{hw_id}", "metric": name,
+                           "value": float(value), "time_ns": point.time_unix_nano, "gpu_type": gpu_type,
+                           "gpu_count": gpu_count, "engine": str(resource.get(A.ENGINE) or "")}

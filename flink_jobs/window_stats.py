@@ -1,0 +1,141 @@
+"""Mergeable per-window statistics of request records: counts, errors, tokens, and for each latency
+distribution both fixed-bucket histogram counts (the semconv/vLLM boundaries) and a DDSketch.
+
+Everything here merges exactly (counts, bucket counts) or within the sketch's relative accuracy
+(quantiles), which is what makes the region -> global roll-up correct: percentiles are merged,
+never averaged. Pure Python; the metrics job keeps these objects as Flink window state.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+from ddsketch import DDSketch
+
+from infersight.schemas.pipeline import DISTRIBUTIONS, SKETCH_RELATIVE_ACCURACY
+
+
+def distribution_values(record: dict[str, Any]) -> dict[str, float]:
+    """The values one request contributes to each distribution (semconv: TTFT/TPOT only on success)."""
+    ok = record.get("error_type") is None
+    out: dict[str, float] = {"e2e_s": record["e2e_s"]}
+    if ok and record.get("ttft_s") is not None:
+        out["ttft_s"] = record["ttft_s"]
+    if ok:
+        tpot = record.get("itl_mean_s")
+        if tpot is None and record.get("decode_s") is not None and record.get("tokens_out", 0) >= 2:
+            tpot = record["decode_s"] / (record["tokens_out"] - 1)
+        if tpot is not None:
+            out["tpot_s"] = tpot
+    if record.get("itl_p99_s") is not None:
+        out["itl_p99_s"] = record["itl_p99_s"]
+    if record.get("queue_s") is not None:
+        out["queue_s"] = record["queue_s"]
+    return out
+
+
+def bucket_index(bounds: tuple[float, ...], value: float) -> int:
+    """OTLP explicit buckets: bucket i holds (bounds[i-1], bounds[i]]; the last one is (bounds[-1], +inf)."""
+    return bisect_left(bounds, value)
+
+
+class Distribution:
+    """One latency distribution of a window: bucket counts, sum, count, and a sketch."""
+
+    __slots__ = ("bounds", "counts", "total", "n", "sketch")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+        self.n = 0
+        self.sketch: DDSketch | None = None  # made on first use: most windows lack some distributions
+
+    def add(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.n += 1
+        if self.sketch is None:
+            self.sketch = DDSketch(SKETCH_RELATIVE_ACCURACY)
+        self.sketch.add(max(value, 0.0))
+
+    def merge(self, other: Distribution) -> None:
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+        self.n += other.n
+        if other.sketch is not None:
+            if self.sketch is None:
+                self.sketch = DDSketch(SKETCH_RELATIVE_ACCURACY)
+            self.sketch.merge(other.sketch)
+
+    def quantile(self, q: float) -> float | None:
+        return self.sketch.get_quantile_value(q) if self.sketch is not None and self.n else None
+
+
+class WindowStats:
+    """Everything the metrics job reports for one series (or the roll-up) in one window."""
+
+    __slots__ = ("requests", "errors", "tokens", "dists")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors: dict[str, int] = {}
+        self.tokens = {"input": 0, "output": 0, "cached": 0}
+        self.dists = {name: Distribution(bounds) for name, (_, bounds) in DISTRIBUTIONS.items()}
+
+    def add(self, record: dict[str, Any]) -> WindowStats:
+        self.requests += 1
+        error = record.get("error_type")
+        if error is not None:
+            self.errors[error] = self.errors.get(error, 0) + 1
+        tokens = self.tokens
+        tokens["input"] += record.get("tokens_in", 0)
+        tokens["output"] += record.get("tokens_out", 0)
+        tokens["cached"] += record.get("tokens_cached", 0)
+        dists = self.dists
+        for name, value in distribution_values(record).items():
+            dists[name].add(value)
+        return self
+
+    def merge(self, other: WindowStats) -> WindowStats:
+        self.requests += other.requests
+        for error, n in other.errors.items():
+            self.errors[error] = self.errors.get(error, 0) + n
+        for kind, n in other.tokens.items():
+            self.tokens[kind] += n
+        for name, dist in other.dists.items():
+            self.dists[name].merge(dist)
+        return self
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+
+class Cumulative:
+    """Running totals of one series across windows, so Prometheus gets counters and cumulative
+    histograms (what ``rate()`` and ``histogram_quantile()`` expect)."""
+
+    __slots__ = ("start_ns", "requests", "errors", "tokens", "counts", "totals", "ns")
+
+    def __init__(self, start_ns: int) -> None:
+        self.start_ns = start_ns
+        self.requests = 0
+        self.errors: dict[str, int] = {}
+        self.tokens = {"input": 0, "output": 0, "cached": 0}
+        self.counts = {name: [0] * (len(bounds) + 1) for name, (_, bounds) in DISTRIBUTIONS.items()}
+        self.totals = dict.fromkeys(DISTRIBUTIONS, 0.0)
+        self.ns = dict.fromkeys(DISTRIBUTIONS, 0)
+
+    def add(self, window: WindowStats) -> Cumulative:
+        self.requests += window.requests
+        for error, n in window.errors.items():
+            self.errors[error] = self.errors.get(error, 0) + n
+        for kind, n in window.tokens.items():
+            self.tokens[kind] += n
+        for name, dist in window.dists.items():
+            self.counts[name] = [a + b for a, b in zip(self.counts[name], dist.counts, strict=True)]
+            self.totals[name] += dist.total
+            self.ns[name] += dist.n
+        return self
