@@ -25,18 +25,15 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     from pyflink.common import Duration, Time, Types, WatermarkStrategy
     from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
     from pyflink.datastream import OutputTag
-    from pyflink.datastream.connectors.base import DeliveryGuarantee
     from pyflink.datastream.connectors.kafka import (
         KafkaOffsetResetStrategy,
         KafkaOffsetsInitializer,
-        KafkaRecordSerializationSchema,
-        KafkaSink,
         KafkaSource,
     )
     from pyflink.datastream.window import TumblingEventTimeWindows
 
     from infersight.flink_jobs import metrics_functions as F
-    from infersight.flink_jobs.normalize import kafka_sink
+    from infersight.flink_jobs.kafka_io import kafka_sink
 
     window_ms = int(window_s * 1000)
     window_ns = window_ms * MS
@@ -80,7 +77,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     # ---- late records: to their topic, and counted ----
     late = regional.get_side_output(late_tag)
     late.map(F.record_json, output_type=Types.STRING()).name("late-json") \
-        .sink_to(kafka_sink(brokers, LATE.name, JOB, exactly_once)).name(LATE.name)
+        .sink_to(kafka_sink(brokers, LATE.name, group_id, exactly_once=exactly_once)).name(LATE.name)
     late_out = (late.key_by(F.late_region, key_type=Types.STRING())
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))
 
@@ -99,15 +96,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                 .aggregate(F.SumPair(), F.UnitCost(), accumulator_type=pickled(), output_type=byte_array())
                 .name("unit-cost"))
 
-    metrics_sink = (
-        KafkaSink.builder().set_bootstrap_servers(brokers)
-        .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(METRICS.name)
-                               .set_value_serialization_schema(ByteArraySchema()).build())
-        .set_property("transaction.timeout.ms", "600000")
-        .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE if exactly_once else DeliveryGuarantee.AT_LEAST_ONCE)
-        .set_transactional_id_prefix(f"{JOB}-{METRICS.name}")
-        .build()
-    )
+    metrics_sink = kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once)
     series_out.union(late_out, pod_out, unit_out).sink_to(metrics_sink).name(METRICS.name)
 
 

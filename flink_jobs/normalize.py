@@ -18,6 +18,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from infersight.flink_jobs.kafka_io import kafka_sink
 from infersight.flink_jobs.pod_gauges import gauges_from_payload
 from infersight.flink_jobs.span_records import Rejected, TimeBounds, records_from_payload
 from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
@@ -63,28 +64,6 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
         yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload)
 
 
-def kafka_sink(brokers: str, topic: str, job: str, exactly_once: bool = True):
-    from pyflink.common.serialization import SimpleStringSchema
-    from pyflink.datastream.connectors.base import DeliveryGuarantee
-    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
-
-    builder = (
-        KafkaSink.builder()
-        .set_bootstrap_servers(brokers)
-        .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                               .set_value_serialization_schema(SimpleStringSchema()).build())
-        # Longer than a restart takes, shorter than the broker's transaction.max.timeout.ms (15 min).
-        .set_property("transaction.timeout.ms", "600000")
-        .set_property("compression.type", "zstd")
-    )
-    if exactly_once:
-        builder = (builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-                   .set_transactional_id_prefix(f"{job}-{topic}"))
-    else:
-        builder = builder.set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
-    return builder.build()
-
-
 def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str]) -> None:
     from pyflink.common import Types
     from pyflink.datastream import OutputTag, ProcessFunction
@@ -122,9 +101,9 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
                     yield dlq_tag, value
 
     records = rows.process(Normalize(), output_type=Types.STRING()).name("normalize")
-    records.sink_to(kafka_sink(brokers, REQUESTS.name, JOB)).name(REQUESTS.name)
-    records.get_side_output(pods_tag).sink_to(kafka_sink(brokers, PODS.name, JOB)).name(PODS.name)
-    records.get_side_output(dlq_tag).sink_to(kafka_sink(brokers, DLQ.name, JOB)).name(DLQ.name)
+    records.sink_to(kafka_sink(brokers, REQUESTS.name, group_id)).name(REQUESTS.name)
+    records.get_side_output(pods_tag).sink_to(kafka_sink(brokers, PODS.name, group_id)).name(PODS.name)
+    records.get_side_output(dlq_tag).sink_to(kafka_sink(brokers, DLQ.name, group_id)).name(DLQ.name)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,13 +25,16 @@ def execution_environment():
     return env
 
 
-def submit(layout, module: str, args: list[str], timeout_s: float = 180) -> str:
-    """Submit ``python -m <module> <args>`` to the stack's cluster, detached; returns the job id."""
+def submit(layout, module: str, args: list[str], timeout_s: float = 180, restore_from: str | None = None) -> str:
+    """Submit ``python -m <module> <args>`` to the stack's cluster, detached; returns the job id.
+
+    ``restore_from``: a retained checkpoint (or savepoint) path to resume from, offsets and state."""
     # The interpreter of the task managers' machine: ours natively, the image's in containers.
     python = str(getattr(layout, "flink_python", paths.venv_python()))
     cmd = [
         "bash", str(paths.pyflink_home() / "bin" / "flink"), "run", "--detached",
         "-m", f"{layout.host}:{layout.ports.flink_rest}",
+        *(["--fromSavepoint", restore_from] if restore_from else []),
         "-pyexec", python, "-pyclientexec", str(paths.venv_python()),
         "-pym", module, *args,
     ]
@@ -54,3 +57,15 @@ def job_state(layout, job_id: str) -> str:
 def cancel(layout, job_id: str) -> None:
     req = urllib.request.Request(f"{layout.flink_rest_url}/jobs/{job_id}?mode=cancel", method="PATCH")
     urllib.request.urlopen(req, timeout=10).close()
+
+
+def latest_checkpoint(layout, job_id: str) -> str | None:
+    """The external path of the job's latest completed checkpoint (retained on cancel), or None."""
+    with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}/checkpoints", timeout=5) as resp:
+        latest = (json.loads(resp.read()).get("latest") or {}).get("completed")
+    return latest.get("external_path") if latest else None
+
+
+def checkpoint_count(layout, job_id: str) -> int:
+    with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}/checkpoints", timeout=5) as resp:
+        return int(json.loads(resp.read())["counts"]["completed"])

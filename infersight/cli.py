@@ -44,7 +44,28 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"[up] stack '{stack.state_dir.name}' in {stack.state_dir}", flush=True)
     seconds = stack.up()
     print(f"[up] all components healthy in {seconds:.1f} s", flush=True)
+    if not args.no_jobs:
+        _deploy(stack)
     _print_endpoints(stack)
+    return 0
+
+
+def _deploy(stack) -> None:
+    from infersight.flink_jobs import deploy
+
+    deploy.deploy(stack.layout, stack.state_dir / "archive", log=lambda m: print(m, flush=True))
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from infersight.flink_jobs import deploy
+
+    stack = _stack(args)
+    if not stack.running_components():
+        raise StackError(f"stack '{stack.state_dir.name}' is not running", "start it with `bin/infersight up`")
+    if args.cancel:
+        deploy.cancel_all(stack.layout)
+    else:
+        _deploy(stack)
     return 0
 
 
@@ -56,6 +77,7 @@ def _print_endpoints(stack) -> None:
               f"{lay.otlp_endpoint(region, 'http')} (HTTP)")
     print(f"  Prometheus         {lay.prometheus_url}")
     print(f"  Flink web UI       {lay.flink_rest_url}")
+    print(f"  Parquet archive    {stack.state_dir / 'archive'}")
     print("  stop with `bin/infersight down`; state and logs in", stack.state_dir)
 
 
@@ -124,7 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="set up if needed, start the local stack, wait until healthy")
     stack_opts(p)
     p.add_argument("--base-port", type=int, help="lay every port out from this base (two stacks side by side)")
+    p.add_argument("--no-jobs", action="store_true", help="start the services only, not the Flink jobs")
     p.set_defaults(func=cmd_up)
+    p = sub.add_parser("jobs", help="submit the Flink jobs (normalize, metrics, archive) that are not running")
+    stack_opts(p)
+    p.add_argument("--cancel", action="store_true", help="cancel them instead")
+    p.set_defaults(func=cmd_jobs)
     p = sub.add_parser("status", help="health, ports and log file of each component")
     stack_opts(p)
     p.set_defaults(func=cmd_status)

@@ -1,0 +1,80 @@
+"""archive: request records on ``infersight.requests`` -> Parquet, Hive-partitioned by UTC day and region.
+
+Files: ``<root>/day=YYYY-MM-DD/region=<region>/part-<bucket_start_ms>-<seq>.parquet``; read them with
+``pyarrow.dataset.dataset(root, format="parquet", partitioning="hive")`` (or ``archive_core.read_archive``).
+
+Exactly-once by idempotence (PyFlink gives Python functions no checkpoint hooks, so no two-phase commit):
+records are keyed by (region, event-time bucket) and buffered in keyed state; an event-time timer at bucket
+end + grace writes all of a bucket's rows, sorted by trace_id, to a name fixed by (region, bucket, seq) via
+temp file + atomic rename, then clears them. Kafka offsets, buffered rows, timers and seq are checkpointed
+together, so after a crash the job restores the last checkpoint and replays from its offsets: every row of
+a file written since then is either in restored state or replayed, and is written again to the same name.
+Because watermark timing (hence which rows count as late, and how late rows group into seq files) can differ
+on replay, a key's first flush after a restore also deletes its files at or past the restored seq.
+Consequences: a file may briefly miss rows during recovery, never holds a duplicate. Restart from a
+checkpoint or savepoint; a fresh start (no state) must use a fresh root, as committed offsets alone cannot
+say which files are already complete. Rows land about bucket + out-of-orderness + grace after they end;
+watermarks advance only with new data (idle partitions are skipped after ``--idle-s``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from infersight.schemas.topics import REQUESTS
+
+JOB = "infersight-archive"
+
+
+def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_orderness_s: float,
+          idle_s: float, grace_s: float = 5.0) -> None:
+    from pyflink.common import Duration, Types, WatermarkStrategy
+    from pyflink.common.serialization import SimpleStringSchema
+    from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaSource
+
+    from infersight.flink_jobs import archive_core as core
+    from infersight.flink_jobs import archive_functions as F
+
+    bucket_ms = core.check_bucket_ms(int(bucket_s * 1000))
+
+    def pickled():  # a fresh type object per use: a used one holds an unpicklable Java handle
+        return Types.PICKLED_BYTE_ARRAY()
+
+    kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(REQUESTS.name)
+             .set_group_id(group_id)
+             .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+             .set_property("isolation.level", "read_committed")  # only committed normalize output
+             .set_value_only_deserializer(SimpleStringSchema()).build())
+    event_time = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
+                  .with_timestamp_assigner(F.SecondField())
+                  .with_idleness(Duration.of_millis(int(idle_s * 1000))))
+    (env.from_source(kafka, WatermarkStrategy.no_watermarks(), "requests")
+     .flat_map(F.ParseRecord(bucket_ms), output_type=pickled()).name("parse-requests")
+     .assign_timestamps_and_watermarks(event_time)
+     .key_by(F.first, key_type=Types.STRING())
+     .process(F.ArchiveBuckets(root, bucket_ms, int(grace_s * 1000)), output_type=Types.STRING())
+     .name("archive-buckets")
+     .print().name("archived-files"))  # "<path> <rows>" per file, in the task managers' stdout
+
+
+def main(argv: list[str] | None = None) -> None:
+    from infersight.flink_jobs.submit import execution_environment
+
+    parser = argparse.ArgumentParser(prog="archive", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--brokers", required=True)
+    parser.add_argument("--root", required=True, help="archive folder, on storage every task manager shares")
+    parser.add_argument("--group-id", default=JOB)
+    parser.add_argument("--bucket-s", type=float, default=60.0, help="event-time bucket (must divide a day)")
+    parser.add_argument("--out-of-orderness-s", type=float, default=5.0)
+    parser.add_argument("--idle-s", type=float, default=15.0, help="a source partition silent this long is idle")
+    parser.add_argument("--grace-s", type=float, default=5.0, help="wait past bucket end before writing it")
+    args = parser.parse_args(argv)
+    env = execution_environment()
+    build(env, args.brokers, args.group_id, args.root, args.bucket_s, args.out_of_orderness_s, args.idle_s,
+          args.grace_s)
+    env.execute(JOB)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The archive job's Flink functions. They live in their own module so Flink pickles them by reference: the
+job module runs as ``__main__`` under ``flink run``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from pyflink.common import Types
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import KeyedProcessFunction
+from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
+from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+
+from infersight.flink_jobs import archive_core as core
+
+log = logging.getLogger(__name__)
+SEP = "\x1f"  # key = region SEP bucket start ms
+
+
+def bucket_key(region: str, bucket_start_ms: int) -> str:
+    return f"{region}{SEP}{bucket_start_ms}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    region, bucket = key.rsplit(SEP, 1)
+    return region, int(bucket)
+
+
+class ParseRecord(FlatMapFunction):
+    """JSON record -> ``(bucket key, event time ms, record)``; an unparsable one is logged and dropped so it
+    cannot crash-loop the job (the normaliser only emits validated records)."""
+
+    def __init__(self, bucket_ms: int) -> None:
+        self.bucket_ms = core.check_bucket_ms(bucket_ms)
+
+    def flat_map(self, value: str):
+        try:
+            record = json.loads(value)
+            end_ns, region = int(record["end_ns"]), str(record["region"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("archive: dropping unparsable record (%s): %.200s", exc, value)
+            return
+        yield bucket_key(region, core.bucket_of(end_ns, self.bucket_ms)), end_ns // core.MS, record
+
+
+class SecondField(TimestampAssigner):
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return value[1]
+
+
+def first(t: Any) -> Any:
+    return t[0]
+
+
+class ArchiveBuckets(KeyedProcessFunction):
+    """Per (region, bucket): buffer rows in state; at bucket end + grace write them all to one file.
+
+    ``meta`` = ``(files flushed, run id)``. Rows after a flush go to the next seq on a later timer. The
+    first flush of a key in a new run (after a restore) deletes the key's files at or past the restored
+    seq: those were written after the checkpoint, and their rows come back in the replay.
+    """
+
+    def __init__(self, root: str, bucket_ms: int, grace_ms: int) -> None:
+        self.root, self.bucket_ms, self.grace_ms = root, bucket_ms, grace_ms
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.rows = runtime_context.get_list_state(ListStateDescriptor("rows", Types.PICKLED_BYTE_ARRAY()))
+        self.meta = runtime_context.get_state(ValueStateDescriptor("meta", Types.PICKLED_BYTE_ARRAY()))
+        self.run = uuid.uuid4().hex  # not checkpointed: tells this run's flushes from restored ones
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        self.rows.add(value[2])
+        _, bucket = split_key(ctx.get_current_key())
+        due = bucket + self.bucket_ms + self.grace_ms
+        # A late row's bucket timer already fired: ask for the next watermark (same-time timers are deduplicated).
+        ctx.timer_service().register_event_time_timer(max(due, ctx.timer_service().current_watermark() + 1))
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        rows = list(self.rows.get() or ())
+        if not rows:  # an earlier timer of this key already flushed them
+            return
+        region, bucket = split_key(ctx.get_current_key())
+        seq, run = self.meta.value() or (0, None)
+        if run != self.run:
+            core.remove_from_seq(self.root, region, bucket, seq)
+        path = core.write_bucket(self.root, region, bucket, seq, rows)
+        self.meta.update((seq + 1, self.run))
+        self.rows.clear()
+        yield f"{path} {len(rows)}"

@@ -1,0 +1,26 @@
+"""Kafka sinks shared by the jobs: transactional (exactly-once with checkpoints) by default."""
+
+from __future__ import annotations
+
+
+def kafka_sink(brokers: str, topic: str, deployment: str, value_schema=None, exactly_once: bool = True):
+    """A KafkaSink to ``topic``. ``deployment`` (the job's consumer group id) prefixes the transactional
+    ids: two running jobs with the same prefix fence each other's producers, so each deployment of a
+    job needs its own, and a restored job must keep it to abort its own lingering transactions."""
+    from pyflink.common.serialization import SimpleStringSchema
+    from pyflink.datastream.connectors.base import DeliveryGuarantee
+    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
+
+    builder = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(brokers)
+        .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                               .set_value_serialization_schema(value_schema or SimpleStringSchema()).build())
+        # Longer than a restart takes, shorter than the broker's transaction.max.timeout.ms (15 min).
+        .set_property("transaction.timeout.ms", "600000")
+        .set_property("compression.type", "zstd")
+    )
+    if exactly_once:
+        return (builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+                .set_transactional_id_prefix(f"{deployment}-{topic}").build())
+    return builder.set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE).build()

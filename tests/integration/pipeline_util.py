@@ -1,0 +1,82 @@
+"""Helpers for the Flink job tests: produce request spans, read topics exactly, query Prometheus."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import requests
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from infersight.flink_jobs.otlp_requests import encode_requests
+from infersight.schemas.records import RequestRecord
+from infersight.schemas.topics import OTLP_REQUESTS
+
+
+def produce_requests(bootstrap: str, records: Iterable[RequestRecord], per_message: int = 50,
+                     key: bytes = b"test") -> int:
+    """Root spans as a gateway writes them (one key: in order on one partition)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    batch: list[RequestRecord] = []
+    sent = 0
+    for record in records:
+        batch.append(record)
+        if len(batch) == per_message:
+            producer.produce(OTLP_REQUESTS.name, encode_requests(batch), key=key)
+            sent += len(batch)
+            batch = []
+    if batch:
+        producer.produce(OTLP_REQUESTS.name, encode_requests(batch), key=key)
+        sent += len(batch)
+    assert producer.flush(30) == 0
+    return sent
+
+
+def read_all(bootstrap: str, topic: str, committed: bool = True, idle_s: float = 3.0) -> list[Any]:
+    """Every message of ``topic`` now (read_committed by default), until idle_s without news."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    out: list[Any] = []
+    quiet_since = time.monotonic()
+    try:
+        while time.monotonic() - quiet_since < idle_s:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out.append(msg)
+            quiet_since = time.monotonic()
+    finally:
+        consumer.close()
+    return out
+
+
+def request_records(bootstrap: str, topic: str, committed: bool = True) -> list[dict[str, Any]]:
+    return [json.loads(m.value()) for m in read_all(bootstrap, topic, committed)]
+
+
+def prom(url: str, query: str) -> list[dict[str, Any]]:
+    resp = requests.get(f"{url}/api/v1/query", params={"query": query}, timeout=10)
+    resp.raise_for_status()
+    return resp.json()["data"]["result"]
+
+
+def prom_value(url: str, query: str) -> float | None:
+    result = prom(url, query)
+    return float(result[0]["value"][1]) if result else None
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 2.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")

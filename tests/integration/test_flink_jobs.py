@@ -1,0 +1,283 @@
+"""The normalize and metrics jobs on the real stack (Kafka, Flink with the Kafka connector, the sink
+collector, Prometheus): exactly-once through a job kill and a task-manager kill, correctness of the
+windowed output against an offline computation, late records, and SDK telemetry end to end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from infersight.flink_jobs import metrics_core as core
+from infersight.flink_jobs import submit
+from infersight.flink_jobs.archive_core import read_archive
+from infersight.flink_jobs.sample_requests import sample_records
+from infersight.flink_jobs.window_stats import distribution_values
+from infersight.schemas import metrics as M
+from infersight.schemas import pipeline as P
+from infersight.schemas.records import RequestRecord
+from infersight.schemas.topics import LATE, METRICS, REQUESTS
+from tests.integration.pipeline_util import (
+    produce_requests,
+    prom_value,
+    read_all,
+    request_records,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+NS = 1_000_000_000
+WINDOW_S = 10
+
+
+class Jobs:
+    def __init__(self, stack, archive_root) -> None:
+        self.stack, self.layout, self.archive_root = stack, stack.layout, archive_root
+        tag = uuid.uuid4().hex[:8]
+        self.args = {
+            "infersight.flink_jobs.normalize": ["--group-id", f"test-normalize-{tag}"],
+            "infersight.flink_jobs.metrics_job": ["--group-id", f"test-metrics-{tag}", "--idle-s", "3"],
+            "infersight.flink_jobs.archive": ["--group-id", f"test-archive-{tag}", "--root", str(archive_root),
+                                              "--bucket-s", "10", "--idle-s", "3", "--grace-s", "1"],
+        }
+        self.ids: dict[str, str] = {}
+
+    def start(self, restore: bool = False) -> None:
+        for module, args in self.args.items():
+            path = submit.latest_checkpoint(self.layout, self.ids[module]) if restore else None
+            assert path or not restore, f"{module} has no completed checkpoint to restore from"
+            self.ids[module] = submit.submit(self.layout, module, ["--brokers", self.layout.kafka_bootstrap, *args],
+                                             restore_from=path)
+
+    def running(self) -> bool:
+        return all(submit.job_state(self.layout, j) == "RUNNING" for j in self.ids.values())
+
+    def cancel(self) -> None:
+        for job_id in self.ids.values():
+            submit.cancel(self.layout, job_id)
+        wait_until(lambda: all(submit.job_state(self.layout, j) == "CANCELED" for j in self.ids.values()), 60,
+                   "the jobs to cancel")
+
+    def checkpoints(self) -> dict[str, int]:
+        return {m: submit.checkpoint_count(self.layout, j) for m, j in self.ids.items()}
+
+
+@pytest.fixture(scope="module")
+def jobs(stack, tmp_path_factory):
+    j = Jobs(stack, tmp_path_factory.mktemp("archive"))
+    j.start()
+    wait_until(j.running, 120, "the jobs to run")
+    yield j
+    for job_id in j.ids.values():
+        try:
+            submit.cancel(stack.layout, job_id)
+        except OSError:
+            pass
+
+
+def batch(model: str, n: int, end_ns: int, seed: int, slow_region: str | None = None) -> list[RequestRecord]:
+    """``n`` records of ``model`` ending in the 8 s before ``end_ns``, in event-time order."""
+    records = list(sample_records(n, end_ns - 8 * NS, 8.0, seed=seed, models=(model,), slow_region=slow_region))
+    return sorted(records, key=lambda r: r.end_ns)
+
+
+def wait_for_new_checkpoints(jobs: Jobs, n: int = 2) -> None:
+    before = jobs.checkpoints()
+    wait_until(lambda: all(c >= before[m] + n for m, c in jobs.checkpoints().items()), 90, "new checkpoints")
+
+
+def kill_task_manager(stack) -> None:
+    pid = stack.running_components()["flink-taskmanager"]
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: "flink-taskmanager" not in stack.running_components(), 30, "the task manager to die")
+    stack.up()  # starts what is not running; the jobs restart from their last checkpoints
+
+
+class Flusher:
+    """Requests in a throwaway model, each later in event time than the last, so that every earlier
+    window closes. A restarted job's watermark starts over and moves only with new records, so the
+    tests keep flushing while they wait (a live fleet does this by itself)."""
+
+    def __init__(self, bootstrap: str, after_ns: int) -> None:
+        self.bootstrap, self.at = bootstrap, after_ns + 3 * WINDOW_S * NS
+
+    def __call__(self) -> None:
+        produce_requests(self.bootstrap, batch(f"flush-{uuid.uuid4().hex[:6]}", 1, self.at, seed=1))
+        self.at += 5 * NS
+
+
+def flushing(flusher: Flusher, check):
+    def flush_then_check():
+        flusher()
+        return check()
+    return flush_then_check
+
+
+def decode_points(bootstrap: str, model: str) -> list[tuple[str, dict[str, str], int, object]]:
+    """(metric name, labels, time, point) of every committed point on infersight.metrics for ``model``."""
+    out = []
+    for msg in read_all(bootstrap, METRICS.name):
+        req = ExportMetricsServiceRequest.FromString(msg.value())
+        for rm in req.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    for point in getattr(metric, metric.WhichOneof("data")).data_points:
+                        labels = {kv.key: kv.value.string_value for kv in point.attributes}
+                        if labels.get(P.LABEL_MODEL) == model:
+                            out.append((metric.name, labels, point.time_unix_nano, point))
+    return out
+
+
+def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(jobs, stack):
+    bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
+    model = f"eo-{uuid.uuid4().hex[:8]}"
+    sent: list[RequestRecord] = []
+    t = time.time_ns()
+
+    # phase A: steady state, checkpointed
+    sent += batch(model, 1500, t, seed=21, slow_region="ap-southeast-1")
+    produce_requests(bootstrap, sent)
+    wait_for_new_checkpoints(jobs)
+
+    # phase B: kill both jobs mid-stream, resume from their retained checkpoints
+    part = batch(model, 1500, t + 10 * NS, seed=22, slow_region="ap-southeast-1")
+    produce_requests(bootstrap, part)
+    sent += part
+    jobs.cancel()
+    jobs.start(restore=True)
+    wait_until(jobs.running, 120, "the restored jobs to run")
+
+    # phase C: kill the task manager mid-stream; Flink restarts the jobs from their last checkpoints
+    part = batch(model, 1500, t + 20 * NS, seed=23, slow_region="ap-southeast-1")
+    produce_requests(bootstrap, part)
+    sent += part
+    kill_task_manager(stack)
+    wait_until(jobs.running, 180, "the jobs to recover on the new task manager")
+
+    n = len(sent)
+    selector = f'model="{model}"'
+    flusher = Flusher(bootstrap, max(r.end_ns for r in sent))
+    wait_until(flushing(flusher, lambda: prom_value(
+        prom_url, f'sum(infersight_requests_total{{{selector},region!="global"}})') == n),
+        300, f"Prometheus to count {n} requests", every_s=5)
+    assert prom_value(prom_url, f'sum(infersight_requests_total{{{selector},region="global"}})') == n
+    per_window = prom_value(prom_url, f'sum(sum_over_time(infersight_window_requests{{{selector},'
+                                      f'region!="global"}}[30m]))')
+    assert per_window == n  # every window counted once: no loss, no double counting
+
+    # the committed request records hold each request exactly once
+    ours = [r for r in request_records(bootstrap, REQUESTS.name) if r["model"] == model]
+    assert len(ours) == n and {r["trace_id"] for r in ours} == {r.trace_id for r in sent}
+
+    # the Parquet archive too, partitioned by day and region, after the same kills
+    def archived() -> list[str] | None:
+        table = read_archive(jobs.archive_root)
+        ids = [t for t, m in zip(table.column("trace_id").to_pylist(), table.column("model").to_pylist(),
+                                 strict=True) if m == model]
+        return ids if len(ids) >= n else None
+    rows = wait_until(flushing(flusher, archived), 180, f"{n} archived rows", every_s=5)
+    assert sorted(rows) == sorted(r.trace_id for r in sent)  # no duplicate, none missing
+    regions = {p.name for p in jobs.archive_root.glob("day=*/region=*")}
+    assert regions == {f"region={r}" for r in {r.region for r in sent}}
+
+    # ---- correctness against an offline computation over the same records ----
+    points = decode_points(bootstrap, model)
+    windows = [(lab[P.LABEL_REGION], lab[P.LABEL_TRACK], ts) for name, lab, ts, _ in points
+               if name == P.WINDOW_REQUESTS]
+    assert len(windows) == len(set(windows)), "a window was emitted twice on the committed topic"
+
+    by_series: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    by_window: dict[tuple[str, str, int], list[dict]] = defaultdict(list)
+    for r in (r.to_dict() for r in sent):
+        window_end = (r["end_ns"] // 1_000_000 // (WINDOW_S * 1000) + 1) * WINDOW_S * 1000 * 1_000_000
+        for region in (r["region"], P.GLOBAL_REGION):
+            by_series[(region, r["track"])].append(r)
+            by_window[(region, r["track"], window_end)].append(r)
+
+    final_hist: dict[tuple[str, str], tuple[int, object]] = {}
+    for name, lab, ts, point in points:
+        if name == M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN:
+            key = (lab[P.LABEL_REGION], lab[P.LABEL_TRACK])
+            if ts >= final_hist.get(key, (0, None))[0]:
+                final_hist[key] = (ts, point)
+    assert set(final_hist) == set(by_series)
+    for key, (_, point) in final_hist.items():
+        ttfts = [distribution_values(r)["ttft_s"] for r in by_series[key] if "ttft_s" in distribution_values(r)]
+        expected = np.bincount(np.searchsorted(M.TTFT_BUCKETS, ttfts, side="left"),
+                               minlength=len(M.TTFT_BUCKETS) + 1).tolist()
+        assert list(point.bucket_counts) == expected, key
+
+    checked = 0
+    for name, lab, ts, point in points:
+        if name != M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN + P.WINDOW_QUANTILE_SUFFIX:
+            continue
+        records = by_window[(lab[P.LABEL_REGION], lab[P.LABEL_TRACK], ts)]
+        ttfts = [distribution_values(r)["ttft_s"] for r in records if "ttft_s" in distribution_values(r)]
+        exact = float(np.quantile(ttfts, float(lab[P.LABEL_QUANTILE]), method="inverted_cdf"))
+        assert point.as_double == pytest.approx(exact, rel=0.01), (lab, ts)
+        checked += 1
+    assert checked >= 3 * 4 * 2  # regions + global, windows, tracks (at least)
+
+    # averaging the regions' p99s would have been wrong on this data (one slow region)
+    stable_global = [ts for (region, track, ts) in by_window if region == P.GLOBAL_REGION and track == "stable"]
+    busiest = max(stable_global, key=lambda ts: len(by_window[(P.GLOBAL_REGION, "stable", ts)]))
+    p99 = {lab[P.LABEL_REGION]: point.as_double for name, lab, ts, point in points
+           if name == M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN + P.WINDOW_QUANTILE_SUFFIX and ts == busiest
+           and lab[P.LABEL_TRACK] == "stable" and lab[P.LABEL_QUANTILE] == "0.99"}
+    glob = p99.pop(P.GLOBAL_REGION)
+    ttfts = [r["ttft_s"] for r in by_window[(P.GLOBAL_REGION, "stable", busiest)] if r["error_type"] is None]
+    exact_global = float(np.quantile(ttfts, 0.99, method="inverted_cdf"))
+    assert glob == pytest.approx(exact_global, rel=0.01)
+    assert abs(np.mean(list(p99.values())) - exact_global) / exact_global > 0.05
+
+
+def test_late_records_go_to_the_late_topic_and_are_counted(jobs, stack):
+    bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
+    now = time.time_ns()
+    produce_requests(bootstrap, batch(f"lead-{uuid.uuid4().hex[:6]}", 1, now + 60 * NS, seed=3))
+    before = prom_value(prom_url, "sum(infersight_late_records_total)") or 0.0
+    late = batch(f"late-{uuid.uuid4().hex[:6]}", 1, now - 60 * NS, seed=4)
+    time.sleep(5)  # let the lead record move the watermark first
+    produce_requests(bootstrap, late)
+    trace_id = late[0].trace_id
+    wait_until(lambda: any(r["trace_id"] == trace_id for r in request_records(bootstrap, LATE.name)), 120,
+               "the late record on infersight.late")
+    wait_until(lambda: (prom_value(prom_url, "sum(infersight_late_records_total)") or 0) > before, 120,
+               "the late counter to grow")
+
+
+def test_sdk_telemetry_through_a_gateway_becomes_a_request_record(jobs, stack):
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from infersight.instrumentation import Instrumentation
+
+    region = stack.layout.regions[2]
+    provider = TracerProvider(resource=Resource.create({"service.name": "jobs-test"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=stack.layout.otlp_endpoint(region),
+                                                                     insecure=True)))
+    inst = Instrumentation(tracer_provider=provider, meter_provider=MeterProvider(), gpu=False)
+    model = f"sdk-{uuid.uuid4().hex[:6]}"
+    with inst.request(model) as req:
+        with req.stage("queue"):
+            time.sleep(0.001)
+        req.first_token()
+        req.token()
+        req.usage(input_tokens=5, output_tokens=2)
+        req.finish("stop")
+    provider.shutdown()
+    record = wait_until(lambda: next((r for r in request_records(stack.layout.kafka_bootstrap, REQUESTS.name)
+                                      if r["model"] == model), None), 120, "the request record")
+    assert record["region"] == region and record["tokens_out"] == 2 and record["queue_s"] > 0
+    assert core.series_key(record).startswith(region)
+    # the stage span went to the full-trace topic only; the request topic got one record for the request
+    assert sum(r["model"] == model for r in request_records(stack.layout.kafka_bootstrap, REQUESTS.name)) == 1

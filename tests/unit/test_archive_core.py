@@ -1,0 +1,91 @@
+"""The archive's pure core: Hive layout by UTC day and region, idempotent bucket writes, nulls kept."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pyarrow.dataset as ds
+import pytest
+
+from infersight.flink_jobs import archive_core as core
+from infersight.flink_jobs.sample_requests import sample_records
+from infersight.schemas.records import RECORD_FIELDS
+
+BUCKET_MS = 60_000
+MIDNIGHT_NS = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp()) * 1_000_000_000
+
+
+def two_days_two_regions() -> list[dict]:
+    # 2 minutes either side of midnight UTC, so rows fall on 2024-02-29 and 2024-03-01.
+    records = [r.to_dict() for r in sample_records(400, MIDNIGHT_NS - 120 * 10**9, 240.0, seed=3,
+                                                   regions=("us-east-1", "eu-west-1"))]
+    assert {r["end_ns"] < MIDNIGHT_NS for r in records} == {True, False}
+    return records
+
+
+def write_all(root, records: list[dict], seq: int = 0) -> list:
+    buckets: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for r in records:
+        buckets[r["region"], core.bucket_of(r["end_ns"], BUCKET_MS)].append(r)
+    return [core.write_bucket(root, region, bucket, seq, rows) for (region, bucket), rows in buckets.items()]
+
+
+def test_partitions_by_day_and_region(tmp_path):
+    records = two_days_two_regions()
+    paths = write_all(tmp_path, records)
+    folders = {p.parent.relative_to(tmp_path).as_posix() for p in paths}
+    assert folders == {f"day={d}/region={r}" for d in ("2024-02-29", "2024-03-01") for r in ("us-east-1", "eu-west-1")}
+    for p in paths:  # the file name is the bucket and seq
+        assert p.name.startswith("part-") and p.name.endswith("-0.parquet")
+
+    table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == len(records)
+    for row in table.select(["end_ns", "region", "day"]).to_pylist():
+        assert row["day"] == datetime.fromtimestamp(row["end_ns"] // 10**9, UTC).strftime("%Y-%m-%d")
+    assert sorted(core.read_archive(tmp_path)["trace_id"].to_pylist()) == sorted(r["trace_id"] for r in records)
+
+
+def test_rows_sorted_by_trace_id(tmp_path):
+    records = two_days_two_regions()
+    for p in write_all(tmp_path, records):
+        ids = ds.dataset(p, format="parquet").to_table()["trace_id"].to_pylist()
+        assert ids == sorted(ids)
+
+
+def test_rewriting_a_bucket_is_idempotent(tmp_path):
+    records = two_days_two_regions()
+    first = {p: p.read_bytes() for p in write_all(tmp_path, records)}
+    # A replay delivers the same rows in another order: same names, same bytes, no extra files.
+    second = write_all(tmp_path, list(reversed(records)))
+    assert set(second) == set(first)
+    assert all(p.read_bytes() == first[p] for p in second)
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted(first)
+    table = core.read_archive(tmp_path)
+    assert table.num_rows == len(records) == len(set(table["trace_id"].to_pylist()))
+
+
+def test_remove_from_seq_keeps_earlier_files(tmp_path):
+    rows = [r.to_dict() for r in sample_records(5, MIDNIGHT_NS, 1.0, seed=1, regions=("us-east-1",))]
+    bucket = core.bucket_of(MIDNIGHT_NS, BUCKET_MS)
+    paths = [core.write_bucket(tmp_path, "us-east-1", bucket, seq, rows[seq:seq + 2]) for seq in range(3)]
+    (paths[0].parent / f".{paths[0].name}.dead.tmp").write_bytes(b"half")  # a crashed write
+    removed = core.remove_from_seq(tmp_path, "us-east-1", bucket, 1)
+    assert len(removed) == 3 and sorted(p.name for p in paths[0].parent.iterdir()) == [paths[0].name]
+
+
+def test_nulls_are_preserved(tmp_path):
+    record = next(sample_records(1, MIDNIGHT_NS, 1.0, seed=5)).to_dict()
+    record.update(ttft_s=None, itl_p99_s=None, finish_reason=None, error_type=None)
+    core.write_bucket(tmp_path, record["region"], core.bucket_of(record["end_ns"], BUCKET_MS), 0, [record])
+    row = core.read_archive(tmp_path).to_pylist()[0]
+    assert {k: row[k] for k in RECORD_FIELDS} == record
+    assert core.SCHEMA.field("ttft_s").type == "double" and core.SCHEMA.field("end_ns").type == "int64"
+
+
+def test_partition_path_and_bucket_checks(tmp_path):
+    assert core.bucket_of(MIDNIGHT_NS + 61_500_000_000, BUCKET_MS) == MIDNIGHT_NS // 10**6 + 60_000
+    assert core.partition_path(tmp_path, "a/b", MIDNIGHT_NS - 1).name == "region=a%2Fb"
+    assert core.read_archive(tmp_path / "missing").num_rows == 0
+    with pytest.raises(ValueError):
+        core.check_bucket_ms(7_000)

@@ -1,0 +1,105 @@
+"""Window statistics against an independent offline computation (numpy) over the same records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from infersight.flink_jobs import metrics_core as core
+from infersight.flink_jobs.sample_requests import REGIONS, sample_records
+from infersight.flink_jobs.window_stats import Cumulative, WindowStats, distribution_values
+from infersight.schemas import metrics as M
+from infersight.schemas import pipeline as P
+
+START = 1_790_000_000 * 10**9
+
+
+def records(n=30_000, slow_region="ap-southeast-1"):
+    return [r.to_dict() for r in sample_records(n, START, 10.0, seed=11, slow_region=slow_region)]
+
+
+def exact_quantile(values, q):
+    return float(np.quantile(np.asarray(values), q, method="inverted_cdf"))
+
+
+def offline_buckets(values, bounds):
+    """Independent: numpy's searchsorted with side='left' is OTLP's (lower, upper] bucket rule."""
+    return np.bincount(np.searchsorted(np.asarray(bounds), np.asarray(values), side="left"),
+                       minlength=len(bounds) + 1).tolist()
+
+
+def test_counts_buckets_exact_and_sketch_quantiles_within_one_percent():
+    recs = records()
+    stats = WindowStats()
+    for r in recs:
+        stats.add(r)
+    assert stats.requests == len(recs)
+    assert stats.error_count == sum(r["error_type"] is not None for r in recs)
+    assert stats.tokens["output"] == sum(r["tokens_out"] for r in recs)
+    for field, (_name, bounds) in P.DISTRIBUTIONS.items():
+        values = [distribution_values(r)[field] for r in recs if field in distribution_values(r)]
+        dist = stats.dists[field]
+        assert dist.counts == offline_buckets(values, bounds), field
+        assert dist.n == len(values) and dist.total == pytest.approx(sum(values))
+        for q in P.QUANTILES:
+            assert dist.quantile(q) == pytest.approx(exact_quantile(values, q), rel=0.01), (field, q)
+
+
+def test_global_p99_from_merged_regional_sketches_is_right_and_averaging_regional_p99s_is_not():
+    recs = records()
+    regional = {region: WindowStats() for region in REGIONS}
+    for r in recs:
+        regional[r["region"]].add(r)
+    merged = WindowStats()
+    for stats in regional.values():
+        merged.merge(stats)
+    ttfts = [r["ttft_s"] for r in recs if r["error_type"] is None]
+    exact_p99 = exact_quantile(ttfts, 0.99)
+    assert merged.dists["ttft_s"].quantile(0.99) == pytest.approx(exact_p99, rel=0.01)
+    averaged = float(np.mean([s.dists["ttft_s"].quantile(0.99) for s in regional.values()]))
+    assert abs(averaged - exact_p99) / exact_p99 > 0.10, (averaged, exact_p99)  # wrong by far more than 1 %
+    # bucket counts merge exactly
+    assert merged.dists["ttft_s"].counts == offline_buckets(ttfts, M.TTFT_BUCKETS)
+
+
+def test_encoded_window_carries_cumulative_counters_histograms_and_quantiles():
+    recs = records(2_000, slow_region=None)
+    first, second = WindowStats(), WindowStats()
+    for i, r in enumerate(recs):
+        (first if i < 1_000 else second).add(r)
+    key = core.series_key(recs[0])
+    totals = Cumulative(START)
+    totals.add(first)
+    totals.add(second)
+    req = ExportMetricsServiceRequest.FromString(core.encode_window(key, START + 20 * 10**9, second, totals))
+    metrics = {m.name: m for m in req.resource_metrics[0].scope_metrics[0].metrics}
+    [requests] = metrics[P.REQUESTS].sum.data_points
+    assert requests.as_double == 2_000 and metrics[P.REQUESTS].sum.is_monotonic
+    [window] = metrics[P.WINDOW_REQUESTS].gauge.data_points
+    assert window.as_double == 1_000
+    [hist] = metrics[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN].histogram.data_points
+    assert list(hist.bucket_counts) == [a + b for a, b in zip(first.dists["ttft_s"].counts,
+                                                              second.dists["ttft_s"].counts, strict=True)]
+    assert {kv.key: kv.value.string_value for kv in hist.attributes} == core.labels_of(key)
+    quantiles = metrics[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN + P.WINDOW_QUANTILE_SUFFIX].gauge.data_points
+    assert sorted(kv.value.string_value for p in quantiles for kv in p.attributes if kv.key == "quantile") == \
+        ["0.5", "0.9", "0.99"]
+
+
+def test_pod_gauges_roll_up_per_their_meaning_and_cost_follows_the_pricing():
+    pods = core.PodWindow.empty()
+    for pod, depth, kv, util in (("a", 3, 0.5, 0.9), ("b", 5, 0.7, 0.5)):
+        for metric, value in ((M.QUEUE_DEPTH, depth), (M.KV_CACHE_USAGE, kv), (M.HW_GPU_UTILIZATION, util)):
+            pods.add({"region": "us-east-1", "pod": pod, "metric": metric, "value": float(value),
+                      "time_ns": START, "gpu_type": "H100", "gpu_count": 2})
+    pods.add({"region": "us-east-1", "pod": "a", "metric": M.QUEUE_DEPTH, "value": 1.0, "time_ns": START + 1,
+              "gpu_type": "H100", "gpu_count": 2})  # the later value of a gauge wins
+    stats = pods.region_stats()
+    assert stats[M.QUEUE_DEPTH] == {"sum": 6.0, "max": 5.0}
+    assert stats[M.KV_CACHE_USAGE] == {"mean": pytest.approx(0.6), "max": 0.7}
+    pricing = core.Pricing({"default": 1.0, "regions": {"us-east-1": {"H100": 3.6}}})
+    gpu_s, cost, idle = pods.cost("us-east-1", 10.0, pricing)
+    assert gpu_s == 40.0 and cost == pytest.approx(40 * 3.6 / 3600)
+    assert idle == pytest.approx(cost * (1 - 0.7))
+    assert core.Pricing.load(None).usd_per_gpu_hour("nowhere", "X") > 0  # packaged file's default
