@@ -45,12 +45,12 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
              .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
              .set_property("isolation.level", "read_committed")  # only committed normalize output
              .set_value_only_deserializer(SimpleStringSchema()).build())
+    # Kafka record timestamps are the requests' end times (normalize writes them): per-partition
+    # watermarks in the JVM source.
     event_time = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
-                  .with_timestamp_assigner(F.SecondField())
                   .with_idleness(Duration.of_millis(int(idle_s * 1000))))
-    (env.from_source(kafka, WatermarkStrategy.no_watermarks(), "requests")
+    (env.from_source(kafka, event_time, "requests")
      .flat_map(F.ParseRecord(bucket_ms), output_type=pickled()).name("parse-requests")
-     .assign_timestamps_and_watermarks(event_time)
      .key_by(F.first, key_type=Types.STRING())
      .process(F.ArchiveBuckets(root, bucket_ms, int(grace_s * 1000)), output_type=Types.STRING())
      .name("archive-buckets")

@@ -9,7 +9,6 @@ import uuid
 from typing import Any
 
 from pyflink.common import Types
-from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import KeyedProcessFunction
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
@@ -44,11 +43,6 @@ class ParseRecord(FlatMapFunction):
             log.warning("archive: dropping unparsable record (%s): %.200s", exc, value)
             return
         yield bucket_key(region, core.bucket_of(end_ns, self.bucket_ms)), end_ns // core.MS, record
-
-
-class SecondField(TimestampAssigner):
-    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
-        return value[1]
 
 
 def first(t: Any) -> Any:

@@ -4,10 +4,10 @@ module so Flink pickles them by reference: the job module runs as ``__main__`` u
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from pyflink.common import Types
-from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import KeyedProcessFunction, ProcessWindowFunction
 from pyflink.datastream.functions import AggregateFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
@@ -26,11 +26,6 @@ def parse_request(value: str) -> tuple[str, int, dict[str, Any]]:
 def parse_gauge(value: str) -> tuple[str, int, dict[str, Any]]:
     gauge = json.loads(value)
     return gauge["region"], gauge["time_ns"] // MS, gauge
-
-
-class SecondField(TimestampAssigner):
-    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
-        return value[1]
 
 
 class StatsAggregate(AggregateFunction):
@@ -143,18 +138,17 @@ class SumPair(AggregateFunction):
 
 
 class CountLate(KeyedProcessFunction):
-    """Per region: how many records missed their window (cumulative counter, stamped with the record's end)."""
+    """Per region: how many records missed their window. A cumulative counter stamped when the record was
+    seen (strictly increasing per region: Prometheus refuses two values at one timestamp)."""
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("late", Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
-        state = self.count.value() or [0, value[2]["end_ns"]]
-        state[0] += 1
-        self.count.update(state)
-        yield core.encode_late(ctx.get_current_key(), state[0], state[1], max(state[1], value[2]["end_ns"]))
-
-
+        count, start_ns, last_ns = self.count.value() or (0, time.time_ns(), 0)
+        stamp = max(time.time_ns() // MS * MS, last_ns + MS)  # ms: Prometheus' resolution
+        self.count.update((count + 1, start_ns, stamp))
+        yield core.encode_late(ctx.get_current_key(), count + 1, start_ns, stamp)
 
 
 def request_region(t: Any) -> str:

@@ -44,23 +44,23 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
         return Types.PICKLED_BYTE_ARRAY()
 
 
+    def event_time():
+        # Kafka record timestamps are the records' event times (normalize writes them), so watermarks
+        # are generated per partition inside the Kafka source, in the JVM.
+        return (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
+                .with_idleness(Duration.of_millis(int(idle_s * 1000))))
+
     def source(topic: str, name: str):
         kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
                  .set_group_id(f"{group_id}-{name}")
                  .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
                  .set_property("isolation.level", "read_committed")  # only committed normalize output
                  .set_value_only_deserializer(SimpleStringSchema()).build())
-        return env.from_source(kafka, WatermarkStrategy.no_watermarks(), name)
-
-    def event_time():
-        return (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
-                .with_timestamp_assigner(F.SecondField())
-                .with_idleness(Duration.of_millis(int(idle_s * 1000))))
+        return env.from_source(kafka, event_time(), name)
 
     # ---- requests: regional windows, roll-up, cumulative series ----
     late_tag = OutputTag("late", pickled())
-    requests = (source(REQUESTS.name, "requests").map(F.parse_request, output_type=pickled()).name("parse-requests")
-                .assign_timestamps_and_watermarks(event_time()))
+    requests = source(REQUESTS.name, "requests").map(F.parse_request, output_type=pickled()).name("parse-requests")
     regional = (requests.key_by(F.first, key_type=Types.STRING()).window(windows())
                 .side_output_late_data(late_tag)
                 .aggregate(F.StatsAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
@@ -82,8 +82,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))
 
     # ---- pods: region roll-up and cost; unit cost joins cost with output tokens ----
-    pods = (source(PODS.name, "pods").map(F.parse_gauge, output_type=pickled()).name("parse-pods")
-            .assign_timestamps_and_watermarks(event_time()))
+    pods = source(PODS.name, "pods").map(F.parse_gauge, output_type=pickled()).name("parse-pods")
     pod_windows = (pods.key_by(F.first, key_type=Types.STRING()).window(windows())
                    .aggregate(F.PodAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
                    .name("pod-windows"))

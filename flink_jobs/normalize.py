@@ -25,6 +25,7 @@ from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, PODS, RE
 
 JOB = "infersight-normalize"
 DEFAULT_BOUNDS = TimeBounds()
+MS = 1_000_000
 _JSON = {"separators": (",", ":")}
 
 
@@ -39,33 +40,38 @@ def dead_letter(reason: str, problems: list[str], topic: str, partition: int, of
 
 
 def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: int,
-              bounds: TimeBounds = DEFAULT_BOUNDS) -> Iterator[tuple[str, str]]:
-    """Pure core: ``(output topic, JSON value)`` pairs for one Kafka record of either input topic."""
+              bounds: TimeBounds = DEFAULT_BOUNDS) -> Iterator[tuple[str, str, int]]:
+    """Pure core: ``(output topic, JSON value, event time ms)`` for one Kafka record of either input topic.
+
+    The event time (request end, gauge time; now for dead letters) becomes the output record's Kafka
+    timestamp, so downstream jobs get per-partition watermarks in the JVM without parsing the JSON."""
+    now_ms = now_ns // MS
     try:
         if topic == OTLP_METRICS.name:
             for gauge in gauges_from_payload(payload):
                 if isinstance(gauge, str):
-                    yield DLQ.name, dead_letter(gauge, [gauge], topic, partition, offset, payload)
+                    yield DLQ.name, dead_letter(gauge, [gauge], topic, partition, offset, payload), now_ms
                 else:
-                    yield PODS.name, json.dumps(gauge, **_JSON)
+                    yield PODS.name, json.dumps(gauge, **_JSON), gauge["time_ns"] // MS
             return
         for item in records_from_payload(payload, now_ns, bounds):
             if isinstance(item, Rejected):
                 yield DLQ.name, dead_letter("; ".join(item.problems), item.problems, topic, partition, offset,
-                                            item.span_bytes, item.trace_id)
+                                            item.span_bytes, item.trace_id), now_ms
             else:
-                yield REQUESTS.name, json.dumps(item.to_dict(), **_JSON)
+                yield REQUESTS.name, json.dumps(item.to_dict(), **_JSON), item.end_ns // MS
     except DecodeError as exc:
         what = "metrics" if topic == OTLP_METRICS.name else "trace"
         reason = f"payload: not an OTLP {what} request (protobuf decode failed: {exc})"
-        yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload)
+        yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload), now_ms
     except Exception as exc:  # noqa: BLE001 - bad input must never stop the job
         reason = f"payload: could not be normalised ({type(exc).__name__}: {exc})"
-        yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload)
+        yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload), now_ms
 
 
 def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str]) -> None:
-    from pyflink.common import Types
+    from pyflink.common import Types, WatermarkStrategy
+    from pyflink.common.watermark_strategy import TimestampAssigner
     from pyflink.datastream import OutputTag, ProcessFunction
     from pyflink.table import StreamTableEnvironment
 
@@ -92,15 +98,26 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
 
     class Normalize(ProcessFunction):
         def process_element(self, row: Any, ctx: Any):
-            for out_topic, value in normalize(row[0], row[1], row[2], bytes(row[3]), time.time_ns(), bounds):
-                if out_topic == REQUESTS.name:
-                    yield value
-                elif out_topic == PODS.name:
-                    yield pods_tag, value
-                else:
-                    yield dlq_tag, value
+            yield from normalize(row[0], row[1], row[2], bytes(row[3]), time.time_ns(), bounds)
 
-    records = rows.process(Normalize(), output_type=Types.STRING()).name("normalize")
+    class EventTime(TimestampAssigner):
+        def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+            return value[2]
+
+    class Route(ProcessFunction):
+        def process_element(self, value: Any, ctx: Any):
+            if value[0] == REQUESTS.name:
+                yield value[1]
+            elif value[0] == PODS.name:
+                yield pods_tag, value[1]
+            else:
+                yield dlq_tag, value[1]
+
+    records = (rows.process(Normalize(), output_type=Types.TUPLE([Types.STRING(), Types.STRING(), Types.LONG()]))
+               .name("normalize")
+               # element timestamps = event time; the Kafka sinks write them as the records' timestamps
+               .assign_timestamps_and_watermarks(WatermarkStrategy.no_watermarks().with_timestamp_assigner(EventTime()))
+               .process(Route(), output_type=Types.STRING()).name("route"))
     records.sink_to(kafka_sink(brokers, REQUESTS.name, group_id)).name(REQUESTS.name)
     records.get_side_output(pods_tag).sink_to(kafka_sink(brokers, PODS.name, group_id)).name(PODS.name)
     records.get_side_output(dlq_tag).sink_to(kafka_sink(brokers, DLQ.name, group_id)).name(DLQ.name)

@@ -12,7 +12,9 @@
         req.usage(input_tokens=812, output_tokens=256)
         req.finish("stop")
 
-Metrics are recorded for every request; spans only for sampled traces (the provider's sampler decides).
+Metrics are recorded for every request; spans only for sampled traces (the provider's sampler decides),
+except that a sampled-out request still exports its root span alone, marked ``infersight.record_only``, as
+the request's record for the streaming metrics (``INFERSIGHT_REQUEST_RECORDS=false`` turns that off).
 """
 
 from __future__ import annotations
@@ -142,6 +144,9 @@ class Instrumentation:
                       for rec in req._stages]
             self._spans.current().emit(root, self._span_name(req), req._wall0, wall(end),
                                        root_attributes(req, s), req._events, req._error, stages)
+        elif root is not None and self.settings.request_records:
+            self._spans.current().emit_record(root, self._span_name(req), req._wall0, req._wall_ns(end),
+                                              root_attributes(req, s), req._error)
         if self.on_record is not None:
             self.on_record(req.record())
 

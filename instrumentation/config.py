@@ -21,12 +21,14 @@ from infersight.schemas.attributes import (
 ENV_REGION = "INFERSIGHT_REGION"
 ENV_DEPLOYMENT_TRACK = "INFERSIGHT_DEPLOYMENT_TRACK"
 ENV_MODEL_VERSION = "INFERSIGHT_MODEL_VERSION"
+ENV_REQUEST_RECORDS = "INFERSIGHT_REQUEST_RECORDS"  # "false": no record-only root span for sampled-out traces
 ENV_CAPTURE_CONTENT = "INFERSIGHT_CAPTURE_CONTENT"
 # The OpenTelemetry GenAI instrumentations' switch for message content; honoured too.
 ENV_OTEL_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 _log = logging.getLogger("infersight.instrumentation")
 _TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Settings:
     track: str = "stable"
     model_version: str = ""
     capture_content: bool = False
+    request_records: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -46,7 +49,8 @@ class Settings:
             track = "stable"
         capture = (env.get(ENV_CAPTURE_CONTENT, "") or env.get(ENV_OTEL_CAPTURE_CONTENT, "")).strip().lower()
         return cls(region=env.get(ENV_REGION, "").strip(), track=track,
-                   model_version=env.get(ENV_MODEL_VERSION, "").strip(), capture_content=capture in _TRUE)
+                   model_version=env.get(ENV_MODEL_VERSION, "").strip(), capture_content=capture in _TRUE,
+                   request_records=env.get(ENV_REQUEST_RECORDS, "true").strip().lower() not in _FALSE)
 
     def resource_attributes(self) -> dict[str, str]:
         """Attributes to merge into the SDK ``Resource`` (region, track, model version when set)."""

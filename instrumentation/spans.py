@@ -4,7 +4,8 @@ finished ``ReadableSpan`` objects go straight to the provider's span processors 
 skipping the SDK's live-span machinery (locks, attribute re-validation, per-call context handling).
 Any other provider gets the plain API path: real spans with explicit start and end times.
 
-Either way, nothing is built for a trace the sampler dropped.
+For a trace the sampler dropped, only the root span is exported, marked ``infersight.record_only`` (the
+request's record: the Flink metrics need every request); with the plain path, nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
+
+from infersight.schemas.attributes import RECORD_ONLY
 
 SCOPE_NAME = "infersight.instrumentation"
 SCOPE_VERSION = "0.1.0"
@@ -87,6 +90,20 @@ class _FastPath:
                         instrumentation_scope=scope))
 
 
+    def emit_record(self, root: Root, name: str, start: int, end: int, attributes: dict, error: str | None) -> None:
+        """The root span alone, for a trace the sampler dropped: the request's record for the metrics path.
+
+        It is exported with the sampled flag (span processors drop anything else) and marked record-only;
+        the context propagated downstream stays not-sampled, and no child span is built."""
+        sc = root.span_context
+        record_sc = SpanContext(sc.trace_id, sc.span_id, is_remote=False, trace_flags=_SAMPLED,
+                                trace_state=sc.trace_state)
+        attributes[RECORD_ONLY] = True
+        status = Status(StatusCode.ERROR, error) if error else Status(StatusCode.UNSET)
+        self._processor.on_end(self._readable(
+            name, context=record_sc, parent=root.parent, resource=self._resource, attributes=attributes,
+            kind=SpanKind.SERVER, status=status, start_time=start, end_time=end, instrumentation_scope=self._scope))
+
     def emit_child(self, root: Root, name: str, span_context: SpanContext, start: int, end: int,
                    attributes: dict, events: Sequence) -> None:
         self._processor.on_end(self._readable(
@@ -109,6 +126,9 @@ class _PlainPath:
 
     def child_context(self, root: Root) -> tuple[SpanContext | None, context_api.Context]:
         return None, root.context
+
+    def emit_record(self, root: Root, name: str, start: int, end: int, attributes: dict, error: str | None) -> None:
+        """Nothing: through the plain API an unsampled span cannot be exported (a non-SDK provider)."""
 
     def emit(self, root: Root, name: str, start: int, end: int, attributes: dict, events: Sequence,
              error: str | None, stages: Sequence[tuple]) -> None:

@@ -68,6 +68,7 @@ SAFETY_VERDICT = "infersight.safety.verdict"
 SAFETY_CHECK = "infersight.safety.check"
 EVALUATION_SAMPLE_RATE = "infersight.evaluation.sample_rate"
 INSTRUMENTATION_ERROR_KIND = "infersight.instrumentation.error.kind"
+RECORD_ONLY = "infersight.record_only"
 
 TRACKS = ("stable", "canary", "shadow")
 ENGINES = ("vllm", "triton", "torch.compile", "custom")  # values of infersight.engine the jobs accept
@@ -163,6 +164,10 @@ ATTRIBUTES: tuple[Entry, ...] = (
     _span(SAFETY_DIRECTION, "string", "Guardrail applied to input or output.", card="2 values"),
     _span(SAFETY_VERDICT, "string", "Guardrail verdict: pass, flag or block.", card="3 values"),
     _span(SAFETY_CHECK, "string", "Name of the guardrail check.", card=_LOW),
+    _span(RECORD_ONLY, "boolean",
+          "True on the root span of a request whose trace was sampled out: exported alone as the request's "
+          "record (metrics must not depend on sampling); gateways send it to infersight.otlp.requests only.",
+          card="2 values"),
     Entry(INSTRUMENTATION_ERROR_KIND, Kind.SPAN, "string", _US,
           "Kind of bad input seen by the instrumentation (dimension of its self-telemetry counter).",
           cardinality="low: fixed set of kinds", metric_dimension=True),

@@ -76,3 +76,26 @@ REGION_GAUGE_PREFIX = "infersight.region."  # infersight.region.<gauge name>{sta
 # --- resource attributes a pod sets for cost (no convention exists for a pod's GPU type/count) ---
 GPU_TYPE_ATTRIBUTE = "infersight.gpu.type"
 GPU_COUNT_ATTRIBUTE = "infersight.gpu.count"
+
+
+# --- the metrics job's output, as documented (docs/telemetry-reference.md is generated from this) ---
+_KEY = ", ".join(SERIES_LABELS)
+OUTPUTS: tuple[tuple[str, str, str, str], ...] = (  # (OTLP name, kind, labels, meaning)
+    (REQUESTS, "counter", _KEY, "Requests ended, cumulative per series (region=\"global\": the roll-up)."),
+    (ERRORS, "counter", f"{_KEY}, {LABEL_ERROR_TYPE}", "Failed requests by error.type, cumulative."),
+    (TOKENS, "counter", f"{_KEY}, {LABEL_TOKEN_TYPE}", "Input, output and cached (prefix-hit) tokens, cumulative."),
+    *((name, "histogram (cumulative)", _KEY, f"From the records' {field}; bounds as the instrument's.")
+      for field, (name, _b) in DISTRIBUTIONS.items()),
+    *((name + WINDOW_QUANTILE_SUFFIX, "gauge per window", f"{_KEY}, {LABEL_QUANTILE}",
+       f"p50/p90/p99 of {field} in the window, from a merged DDSketch "
+       f"({SKETCH_RELATIVE_ACCURACY:.1%} relative accuracy).") for field, (name, _b) in DISTRIBUTIONS.items()),
+    (WINDOW_REQUESTS, "gauge per window", _KEY, "Requests that ended in the window."),
+    (WINDOW_ERROR_RATIO, "gauge per window", _KEY, "Failed / all requests in the window."),
+    *((REGION_GAUGE_PREFIX + gauge, "gauge per window", f"{LABEL_REGION}, {LABEL_STAT}",
+       f"Pods' last values rolled up per region: {', '.join(stats)}.") for gauge, stats in POD_GAUGE_STATS.items()),
+    (GPU_SECONDS, "counter", LABEL_REGION, "GPU-seconds paid for (GPUs of every pod seen x window length)."),
+    (COST_USD, "counter", LABEL_REGION, "GPU cost in USD from the pricing file."),
+    (IDLE_COST_USD, "counter", LABEL_REGION, "Cost x (1 - mean GPU utilisation): paid for, not used."),
+    (USD_PER_1M_OUTPUT_TOKENS, "gauge per window", LABEL_REGION, "Window cost / output tokens x 1e6."),
+    (LATE_RECORDS, "counter", LABEL_REGION, "Records that missed their window (they go to infersight.late)."),
+)

@@ -10,9 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from infersight.schemas.pipeline import OUTPUTS
 from infersight.schemas.records import RECORD_FIELDS, RequestRecord
 from infersight.schemas.registry import entries
 from infersight.schemas.spec import Entry, Kind
+from infersight.schemas.topics import ALL_TOPICS, DAY_MS
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "docs" / "telemetry-reference.md"
 
@@ -71,7 +73,17 @@ def render() -> str:
     out += ["", "## Names read from other engines and mapped", "",
             *_table(list(entries(emitted=False)), [("Name", "name"), ("Kind", "kind"), ("Source", "source"),
                                                    ("Unit", "unit"), ("Mapped to", "maps_to")]), ""]
-    out += ["## Per-request record (`infersight.schemas.records.RequestRecord`)", "",
+    out += ["## Streaming metrics (the Flink metrics job's output, `schemas/pipeline.py`)", "",
+            "Points are stamped with their window's end; Prometheus names follow the remote-write "
+            "translation (dots to `_`, unit suffix, `_total` on counters).", "",
+            "| Name | Kind | Labels | Meaning |", "|---|---|---|---|"]
+    out += [f"| `{name}` | {kind} | {_cell(labels)} | {_cell(meaning)} |"
+            for name, kind, labels, meaning in OUTPUTS]
+    out += ["", "## Kafka topics (`schemas/topics.py`)", "",
+            "| Topic | Payload | Key | Partitions | Retention (days) | Producer |", "|---|---|---|---|---|---|"]
+    out += [f"| `{t.name}` | {_cell(t.payload)} | {t.key} | {t.partitions} | {t.retention_ms / DAY_MS:g} | "
+            f"{t.producer} |" for t in ALL_TOPICS]
+    out += ["", "## Per-request record (`infersight.schemas.records.RequestRecord`)", "",
             "| Field | Type |", "|---|---|"]
     annotations = RequestRecord.__annotations__
     out += [f"| `{name}` | {_cell('`' + str(annotations[name]) + '`')} |" for name in RECORD_FIELDS]

@@ -49,7 +49,7 @@ OTLP_METRICS = Topic(
     description="Pod metrics (queue depth, KV-cache use, GPU gauges) from every region.",
 )
 REQUESTS = Topic(
-    "infersight.requests", "per-request record (JSON)", "trace id",
+    "infersight.requests", "per-request record (JSON)", "none",
     partitions=3, retention_ms=7 * DAY_MS, producer="flink normalize job",
     description="One normalised record per inference request.",
 )
@@ -59,7 +59,7 @@ PODS = Topic(
     description="One record per pod gauge data point (queue depth, KV-cache use, GPU gauges).",
 )
 METRICS = Topic(
-    "infersight.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "series",
+    "infersight.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "none",
     partitions=1, retention_ms=7 * DAY_MS, producer="flink metrics job",
     description="Windowed metrics; the sink collector writes them to Prometheus.",
 )
@@ -69,7 +69,7 @@ DLQ = Topic(
     description="Telemetry that could not be decoded or broke the contract, with the reason.",
 )
 LATE = Topic(
-    "infersight.late", "per-request record (JSON)", "trace id",
+    "infersight.late", "per-request record (JSON)", "none",
     partitions=1, retention_ms=7 * DAY_MS, producer="flink metrics job",
     description="Records that arrived after their window closed; counted, never dropped.",
 )

@@ -252,32 +252,47 @@ def test_late_records_go_to_the_late_topic_and_are_counted(jobs, stack):
                "the late counter to grow")
 
 
-def test_sdk_telemetry_through_a_gateway_becomes_a_request_record(jobs, stack):
+def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not(jobs, stack):
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
+    from infersight.flink_jobs.otlp_spans import iter_spans
     from infersight.instrumentation import Instrumentation
+    from infersight.schemas.topics import OTLP_REQUESTS, OTLP_SPANS
 
-    region = stack.layout.regions[2]
-    provider = TracerProvider(resource=Resource.create({"service.name": "jobs-test"}))
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=stack.layout.otlp_endpoint(region),
-                                                                     insecure=True)))
-    inst = Instrumentation(tracer_provider=provider, meter_provider=MeterProvider(), gpu=False)
-    model = f"sdk-{uuid.uuid4().hex[:6]}"
-    with inst.request(model) as req:
-        with req.stage("queue"):
-            time.sleep(0.001)
-        req.first_token()
-        req.token()
-        req.usage(input_tokens=5, output_tokens=2)
-        req.finish("stop")
-    provider.shutdown()
-    record = wait_until(lambda: next((r for r in request_records(stack.layout.kafka_bootstrap, REQUESTS.name)
-                                      if r["model"] == model), None), 120, "the request record")
-    assert record["region"] == region and record["tokens_out"] == 2 and record["queue_s"] > 0
-    assert core.series_key(record).startswith(region)
-    # the stage span went to the full-trace topic only; the request topic got one record for the request
-    assert sum(r["model"] == model for r in request_records(stack.layout.kafka_bootstrap, REQUESTS.name)) == 1
+    region, bootstrap = stack.layout.regions[2], stack.layout.kafka_bootstrap
+    models = {}
+    for sampler in (ALWAYS_ON, ALWAYS_OFF):
+        provider = TracerProvider(sampler=sampler, resource=Resource.create({"service.name": "jobs-test"}))
+        provider.add_span_processor(SimpleSpanProcessor(
+            OTLPSpanExporter(endpoint=stack.layout.otlp_endpoint(region), insecure=True)))
+        inst = Instrumentation(tracer_provider=provider, meter_provider=MeterProvider(), gpu=False)
+        model = f"sdk-{uuid.uuid4().hex[:6]}"
+        with inst.request(model) as req:
+            with req.stage("queue"):
+                time.sleep(0.001)
+            req.first_token()
+            req.token()
+            req.usage(input_tokens=5, output_tokens=2)
+            req.finish("stop")
+        provider.shutdown()
+        models[sampler is ALWAYS_ON] = (model, format(req._root.span_context.trace_id, "032x"))
+
+    for sampled, (model, trace_id) in models.items():
+        record = wait_until(lambda m=model: next((r for r in request_records(bootstrap, REQUESTS.name)
+                                                  if r["model"] == m), None), 120, f"the record of {model}")
+        assert record["region"] == region and record["tokens_out"] == 2 and record["queue_s"] > 0
+        assert record["trace_id"] == trace_id
+        assert core.series_key(record).startswith(region)
+        assert sum(r["model"] == model for r in request_records(bootstrap, REQUESTS.name)) == 1
+        # the gateway: request topic = the root span only; full-trace topic = the sampled trace only
+        on_requests = [s for m in read_all(bootstrap, OTLP_REQUESTS.name) for s in iter_spans(m.value())
+                       if s["trace_id"] == trace_id]
+        on_traces = [s["name"] for m in read_all(bootstrap, OTLP_SPANS.name) for s in iter_spans(m.value())
+                     if s["trace_id"] == trace_id]
+        assert [s["name"] for s in on_requests] == [f"chat {model}"]
+        assert sorted(on_traces) == (sorted([f"chat {model}", "queue"]) if sampled else [])

@@ -98,17 +98,20 @@ def test_sampled_out_requests_still_feed_every_metric(sampler):
     h = make(sampler=sampler)
     for _ in range(3):
         one_request(h)
-    assert h.exporter.get_finished_spans() == ()
+    spans = h.exporter.get_finished_spans()  # only the record-only roots: no trace was sampled
+    assert len(spans) == 3 and all(s.attributes[A.RECORD_ONLY] is True and s.parent is None for s in spans)
     points = collect(h.reader)
     for name in (M.GEN_AI_SERVER_REQUEST_DURATION, M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, M.ITL_P99_METRIC):
         assert points[name][0].count == 3
 
 
-def test_remote_not_sampled_parent_builds_no_spans_but_records_metrics():
+def test_remote_not_sampled_parent_builds_no_trace_spans_but_records_metrics():
     h = make(sampler=ParentBased(ALWAYS_ON))
     with h.inst.request("llama", headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}):
         pass
-    assert h.exporter.get_finished_spans() == ()
+    [record] = h.exporter.get_finished_spans()
+    assert record.attributes[A.RECORD_ONLY] is True
+    assert format(record.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
     assert collect(h.reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 1
 
 

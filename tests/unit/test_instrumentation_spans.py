@@ -169,7 +169,7 @@ def test_trace_context_in_and_out():
     assert spans["pick-replica"].parent.span_id == spans["routing"].context.span_id
 
 
-def test_sampled_out_request_propagates_not_sampled_and_builds_no_spans():
+def test_sampled_out_request_propagates_not_sampled_and_exports_only_its_record_only_root():
     h = Harness(sampler=ALWAYS_OFF)
     out: dict[str, str] = {}
     with h.inst.request("llama") as req:
@@ -178,10 +178,19 @@ def test_sampled_out_request_propagates_not_sampled_and_builds_no_spans():
         req.first_token()
         req.inject(out)
         req.finish()
-    assert h.exporter.get_finished_spans() == ()
-    assert out["traceparent"].endswith("-00")
+    [root] = h.exporter.get_finished_spans()  # no stage span: the trace is not sampled
+    assert root.name == "chat llama" and root.attributes[A.RECORD_ONLY] is True
+    assert root.attributes[A.QUEUE_DURATION] == pytest.approx(0.005)
+    assert out["traceparent"].endswith("-00")  # downstream services still see "not sampled"
     assert req.sampled is False
-    assert out["traceparent"].split("-")[1] == h.records[0].trace_id
+    assert out["traceparent"].split("-")[1] == h.records[0].trace_id == format(root.context.trace_id, "032x")
+
+
+def test_request_records_can_be_turned_off():
+    h = Harness(sampler=ALWAYS_OFF, settings=Settings(request_records=False))
+    with h.inst.request("llama") as req:
+        req.finish()
+    assert h.exporter.get_finished_spans() == ()
 
 
 def test_async_variant():

@@ -32,8 +32,10 @@ NOW = time.time_ns()
 
 def run(payload: bytes, now: int = NOW) -> tuple[list[dict], list[dict]]:
     out = list(normalize(OTLP_REQUESTS.name, 1, 42, payload, now))
-    records = [json.loads(v) for t, v in out if t == REQUESTS.name]
-    dead = [json.loads(v) for t, v in out if t == DLQ.name]
+    records = [json.loads(v) for t, v, _ in out if t == REQUESTS.name]
+    dead = [json.loads(v) for t, v, _ in out if t == DLQ.name]
+    # event time (the output's Kafka timestamp): the request's end; a dead letter's: when it was seen
+    assert all(ms == (json.loads(v)["end_ns"] if t == REQUESTS.name else now) // 1_000_000 for t, v, ms in out)
     return records, dead
 
 
