@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-id", default=JOB)
     parser.add_argument("--bucket-s", type=float, default=60.0, help="event-time bucket (must divide a day)")
     parser.add_argument("--out-of-orderness-s", type=float, default=5.0)
-    parser.add_argument("--idle-s", type=float, default=15.0, help="a source partition silent this long is idle")
+    parser.add_argument("--idle-s", type=float, default=30.0,
+                        help="a source partition silent this long is idle (keep it above the checkpoint interval: "
+                             "read_committed readers get each transaction's records at once, at checkpoints)")
     parser.add_argument("--grace-s", type=float, default=5.0, help="wait past bucket end before writing it")
     args = parser.parse_args(argv)
     env = execution_environment()

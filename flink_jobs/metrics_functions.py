@@ -28,14 +28,28 @@ def parse_gauge(value: str) -> tuple[str, int, dict[str, Any]]:
     return gauge["region"], gauge["time_ns"] // MS, gauge
 
 
-class StatsAggregate(AggregateFunction):
-    """Adds request records (``(key, ts, record)``) into WindowStats."""
+class StatsFromRecords(ProcessWindowFunction):
+    """A window's request records (``(key, ts, record)``) -> ``(key, window end ns, WindowStats)``.
+
+    The records sit in the window's list state until it fires, each serialised once on arrival. An
+    incremental AggregateFunction would instead unpickle and re-pickle the whole accumulator (five
+    sketches, ~20 KB) for every record: measured 1.4 ms per record, the job's bottleneck."""
+
+    def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
+        stats = WindowStats()
+        for element in elements:
+            stats.add(element[2])
+        yield key, context.window().end * MS, stats
+
+
+class MergeAggregate(AggregateFunction):
+    """Merges regional window results (``(key, end_ns, WindowStats)``, a few per window) into the roll-up."""
 
     def create_accumulator(self) -> WindowStats:
         return WindowStats()
 
     def add(self, value: Any, accumulator: WindowStats) -> WindowStats:
-        return accumulator.add(value[2])
+        return accumulator.merge(value[2])
 
     def get_result(self, accumulator: WindowStats) -> WindowStats:
         return accumulator
@@ -44,25 +58,14 @@ class StatsAggregate(AggregateFunction):
         return a.merge(b)
 
 
-class MergeAggregate(StatsAggregate):
-    """Merges regional window results (``(key, end_ns, WindowStats)``) into the roll-up."""
+class PodsFromPoints(ProcessWindowFunction):
+    """A window's pod gauge points (``(region, ts, gauge)``) -> ``(region, window end ns, PodWindow)``."""
 
-    def add(self, value: Any, accumulator: WindowStats) -> WindowStats:
-        return accumulator.merge(value[2])
-
-
-class PodAggregate(AggregateFunction):
-    def create_accumulator(self) -> core.PodWindow:
-        return core.PodWindow.empty()
-
-    def add(self, value: Any, accumulator: core.PodWindow) -> core.PodWindow:
-        return accumulator.add(value[2])
-
-    def get_result(self, accumulator: core.PodWindow) -> core.PodWindow:
-        return accumulator
-
-    def merge(self, a: core.PodWindow, b: core.PodWindow) -> core.PodWindow:
-        return a.merge(b)
+    def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
+        pods = core.PodWindow.empty()
+        for element in elements:
+            pods.add(element[2])
+        yield key, context.window().end * MS, pods
 
 
 class WithWindowEnd(ProcessWindowFunction):

@@ -63,7 +63,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     requests = source(REQUESTS.name, "requests").map(F.parse_request, output_type=pickled()).name("parse-requests")
     regional = (requests.key_by(F.first, key_type=Types.STRING()).window(windows())
                 .side_output_late_data(late_tag)
-                .aggregate(F.StatsAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
+                .process(F.StatsFromRecords(), output_type=pickled())
                 .name("regional-windows"))
     rollup = (regional.key_by(F.global_key_of, key_type=Types.STRING()).window(windows())
               .aggregate(F.MergeAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
@@ -84,7 +84,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     # ---- pods: region roll-up and cost; unit cost joins cost with output tokens ----
     pods = source(PODS.name, "pods").map(F.parse_gauge, output_type=pickled()).name("parse-pods")
     pod_windows = (pods.key_by(F.first, key_type=Types.STRING()).window(windows())
-                   .aggregate(F.PodAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
+                   .process(F.PodsFromPoints(), output_type=pickled())
                    .name("pod-windows"))
     pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
                    .process(F.CumulatePods(window_ns, pricing), output_type=pickled()).name("pod-metrics"))
@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-id", default=JOB)
     parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--out-of-orderness-s", type=float, default=5.0)
-    parser.add_argument("--idle-s", type=float, default=15.0, help="a source partition silent this long is idle")
+    parser.add_argument("--idle-s", type=float, default=30.0,
+                        help="a source partition silent this long is idle (keep it above the checkpoint interval: "
+                             "read_committed readers get each transaction's records at once, at checkpoints)")
     parser.add_argument("--pricing", default=None, help="GPU $/hour JSON (default: the packaged pricing.json)")
     args = parser.parse_args(argv)
     env = execution_environment()

