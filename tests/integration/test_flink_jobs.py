@@ -296,3 +296,43 @@ def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not
                      if s["trace_id"] == trace_id]
         assert [s["name"] for s in on_requests] == [f"chat {model}"]
         assert sorted(on_traces) == (sorted([f"chat {model}", "queue"]) if sampled else [])
+
+
+def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it_all_arrive(jobs, stack):
+    from confluent_kafka import Producer
+
+    from infersight.flink_jobs.otlp_requests import encode_requests
+    from infersight.schemas.topics import DLQ, OTLP_REQUESTS
+    from tests.bad_telemetry import KINDS, bad_payload
+
+    bootstrap = stack.layout.kafka_bootstrap
+    good = batch(f"dlq-{uuid.uuid4().hex[:6]}", 4 * (len(KINDS) + 1), time.time_ns(), seed=31)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    where: dict[str, tuple[int, int]] = {}
+    for i, kind in enumerate(KINDS):  # valid, bad, valid, bad, ..., valid
+        producer.produce(OTLP_REQUESTS.name, encode_requests(good[4 * i:4 * i + 4]), key=b"dlq")
+        producer.produce(OTLP_REQUESTS.name, bad_payload(kind)[0], key=b"dlq",
+                         on_delivery=lambda err, msg, k=kind: where.__setitem__(k, (msg.partition(), msg.offset())))
+    producer.produce(OTLP_REQUESTS.name, encode_requests(good[-4:]), key=b"dlq")
+    assert producer.flush(30) == 0 and len(where) == len(KINDS)
+
+    by_source = {kind: (OTLP_REQUESTS.name, *pos) for kind, pos in where.items()}
+
+    def letters():
+        found = {}
+        for letter in request_records(bootstrap, DLQ.name):
+            src = letter["source"]
+            for kind, source in by_source.items():
+                if (src["topic"], src["partition"], src["offset"]) == source:
+                    found[kind] = letter
+        return found if len(found) == len(KINDS) else None
+
+    found = wait_until(letters, 120, "a dead letter for each kind of bad input")
+    for kind in KINDS:
+        field = bad_payload(kind)[1]
+        assert any(p.startswith(field) for p in found[kind]["problems"]), (kind, found[kind]["reason"])
+        assert found[kind]["raw_base64"]
+    ids = {r.trace_id for r in good}
+    wait_until(lambda: ids <= {r["trace_id"] for r in request_records(bootstrap, REQUESTS.name)}, 120,
+               "every valid record around the bad ones")
+    assert submit.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize"]) == "RUNNING"

@@ -10,8 +10,6 @@ import time
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -26,8 +24,7 @@ from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
 from infersight.schemas.records import RequestRecord
 from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS
-
-NOW = time.time_ns()
+from tests.bad_telemetry import KINDS, NOW, bad_payload, make_payload, make_span
 
 
 def run(payload: bytes, now: int = NOW) -> tuple[list[dict], list[dict]]:
@@ -82,90 +79,32 @@ def test_directly_encoded_root_spans_decode_to_identical_records():
                                                               key=lambda r: r["trace_id"])
 
 
-def _span(**attrs) -> Span:
-    span = Span(trace_id=bytes.fromhex("ab" * 16), span_id=b"\x01" * 8, name="llm_request",
-                start_time_unix_nano=NOW - 2 * 10**9, end_time_unix_nano=NOW - 10**9)
-    for key, value in attrs.items():
-        key = key.replace("__", ".")
-        v = (AnyValue(string_value=value) if isinstance(value, str) else AnyValue(int_value=value)
-             if isinstance(value, int) else AnyValue(double_value=value))
-        span.attributes.append(KeyValue(key=key, value=v))
-    return span
-
-
-def _payload(*spans: Span, region: str | None = "us-east-1") -> bytes:
-    req = ExportTraceServiceRequest()
-    rs = req.resource_spans.add()
-    if region is not None:
-        rs.resource.attributes.append(KeyValue(key=A.CLOUD_REGION, value=AnyValue(string_value=region)))
-    rs.scope_spans.add().spans.extend(spans)
-    return req.SerializeToString()
-
-
 def test_vllm_llm_request_span_is_mapped_from_its_own_names():
-    span = _span(**{A.GEN_AI_RESPONSE_MODEL: "tiny", A.VLLM_LATENCY_E2E: 0.9, A.VLLM_LATENCY_TTFT: 0.2,
+    span = make_span(**{A.GEN_AI_RESPONSE_MODEL: "tiny", A.VLLM_LATENCY_E2E: 0.9, A.VLLM_LATENCY_TTFT: 0.2,
                     A.VLLM_LATENCY_QUEUE: 0.05, A.VLLM_LATENCY_PREFILL: 0.15, A.VLLM_LATENCY_DECODE: 0.7,
                     A.VLLM_USAGE_PROMPT_TOKENS: 12, A.VLLM_USAGE_COMPLETION_TOKENS: 30})
-    [record], dead = run(_payload(span))
+    [record], dead = run(make_payload(span))
     assert dead == []
     assert (record["engine"], record["model"], record["tokens_in"], record["tokens_out"]) == ("vllm", "tiny", 12, 30)
     assert (record["ttft_s"], record["queue_s"], record["decode_s"]) == (0.2, 0.05, 0.7)
 
 
 def test_triton_request_span_events_become_stages():
-    span = _span(**{T.TRITON_MODEL_NAME: "resnet", T.TRITON_MODEL_VERSION: "3"})
+    span = make_span(**{T.TRITON_MODEL_NAME: "resnet", T.TRITON_MODEL_VERSION: "3"})
     span.name = "resnet"
     t0 = NOW - 2 * 10**9
     for name, dt in ((T.REQUEST_START, 0), (T.QUEUE_START, 1_000_000), (T.COMPUTE_START, 5_000_000),
                      (T.COMPUTE_END, 25_000_000), (T.REQUEST_END, 26_000_000)):
         span.events.add(name=name, time_unix_nano=t0 + dt)
-    [record], dead = run(_payload(span))
+    [record], dead = run(make_payload(span))
     assert dead == []
     assert (record["engine"], record["model"], record["model_version"]) == ("triton", "resnet", "3")
     assert record["queue_s"] == pytest.approx(0.004) and record["e2e_s"] == pytest.approx(0.026)
 
 
-OK = {A.E2E: 0.5, A.GEN_AI_REQUEST_MODEL: "m", A.TTFT: 0.1, A.GEN_AI_USAGE_OUTPUT_TOKENS: 3}
-
-
-def _bad(kind: str) -> tuple[bytes, str]:
-    """One bad payload of each kind the issue names, and the field its DLQ reason must name."""
-    if kind == "truncated protobuf":
-        return _payload(_span(**OK))[:-7], "payload"
-    span = _span(**OK)
-    if kind == "wrong attribute type":
-        span = _span(**{**OK, A.TTFT: "fast"})
-        return _payload(span), A.TTFT
-    if kind == "missing timestamps":
-        span.start_time_unix_nano = 0
-        return _payload(span), "start_time_unix_nano"
-    if kind == "end before start":
-        span.end_time_unix_nano = span.start_time_unix_nano - 1
-        return _payload(span), "end_time_unix_nano"
-    if kind == "far future":
-        span.start_time_unix_nano, span.end_time_unix_nano = NOW + 10**13, NOW + 10**13 + 10**9
-        return _payload(span), "end_time_unix_nano"
-    if kind == "far past":
-        span.start_time_unix_nano, span.end_time_unix_nano = NOW - 10**15, NOW - 10**15 + 10**9
-        return _payload(span), "start_time_unix_nano"
-    if kind == "huge attribute value":
-        return _payload(_span(**{**OK, A.GEN_AI_REQUEST_MODEL: "m" * 100_000})), A.GEN_AI_REQUEST_MODEL
-    if kind == "unknown engine":
-        return _payload(_span(**{**OK, A.ENGINE: "warp-drive"})), A.ENGINE
-    if kind == "no region":
-        return _payload(span, region=None), A.CLOUD_REGION
-    if kind == "contract violation":  # decodes fine, breaks the record's own rules
-        return _payload(_span(**{**OK, A.TTFT: 9.0})), "ttft_s"
-    raise AssertionError(kind)
-
-
-KINDS = ("truncated protobuf", "wrong attribute type", "missing timestamps", "end before start", "far future",
-         "far past", "huge attribute value", "unknown engine", "no region", "contract violation")
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_kind_of_bad_input_is_dead_lettered_with_a_reason_naming_the_field(kind):
-    payload, field = _bad(kind)
+    payload, field = bad_payload(kind)
     records, dead = run(payload)
     assert records == []
     [letter] = dead
@@ -177,7 +116,8 @@ def test_each_kind_of_bad_input_is_dead_lettered_with_a_reason_naming_the_field(
 
 def test_bad_spans_do_not_take_the_good_ones_in_the_same_batch_with_them():
     good = list(sample_records(3, NOW - 10**10, 5.0, seed=5))
-    bad_span = ExportTraceServiceRequest.FromString(_bad("unknown engine")[0]).resource_spans[0].scope_spans[0].spans[0]
+    bad = ExportTraceServiceRequest.FromString(bad_payload("unknown engine")[0])
+    bad_span = bad.resource_spans[0].scope_spans[0].spans[0]
     req = ExportTraceServiceRequest.FromString(encode_requests(good))
     req.resource_spans[0].scope_spans[0].spans.insert(1, bad_span)
     records, dead = run(req.SerializeToString())
