@@ -46,8 +46,9 @@ def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: 
     if stats.requests:
         batch.gauge(P.WINDOW_ERROR_RATIO, "1", labels, stats.error_count / stats.requests, t)
     for field, (name, bounds) in P.DISTRIBUTIONS.items():
-        if cumulative.ns[field]:
-            batch.histogram(name, "s", labels, bounds, cumulative.counts[field], cumulative.totals[field], t0, t)
+        total = cumulative.dists[field]
+        if total.n:
+            batch.histogram(name, "s", labels, bounds, total.counts, total.total, t0, t)
         dist = stats.dists[field]
         for q in P.QUANTILES:
             value = dist.quantile(q)

@@ -88,7 +88,7 @@ class CumulateSeries(KeyedProcessFunction):
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         key, end_ns, stats = value
         totals = self.totals.value() or Cumulative(end_ns - self.window_ns)
-        totals.add(stats)
+        totals.add_window(stats)
         self.totals.update(totals)
         yield core.encode_window(key, end_ns, stats, totals)
 

@@ -35,11 +35,6 @@ def distribution_values(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def bucket_index(bounds: tuple[float, ...], value: float) -> int:
-    """OTLP explicit buckets: bucket i holds (bounds[i-1], bounds[i]]; the last one is (bounds[-1], +inf)."""
-    return bisect_left(bounds, value)
-
-
 class Distribution:
     """One latency distribution of a window: bucket counts, sum, count, and a sketch."""
 
@@ -53,6 +48,7 @@ class Distribution:
         self.sketch: DDSketch | None = None  # made on first use: most windows lack some distributions
 
     def add(self, value: float) -> None:
+        # OTLP explicit buckets: bucket i holds (bounds[i-1], bounds[i]], the last (bounds[-1], +inf)
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
         self.n += 1
@@ -60,11 +56,12 @@ class Distribution:
             self.sketch = DDSketch(SKETCH_RELATIVE_ACCURACY)
         self.sketch.add(max(value, 0.0))
 
-    def merge(self, other: Distribution) -> None:
+    def merge(self, other: Distribution, sketch: bool = True) -> None:
+        """Add ``other`` in; ``sketch=False`` adds only the buckets, sum and count (running totals)."""
         self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
         self.total += other.total
         self.n += other.n
-        if other.sketch is not None:
+        if sketch and other.sketch is not None:
             if self.sketch is None:
                 self.sketch = DDSketch(SKETCH_RELATIVE_ACCURACY)
             self.sketch.merge(other.sketch)
@@ -98,14 +95,14 @@ class WindowStats:
             dists[name].add(value)
         return self
 
-    def merge(self, other: WindowStats) -> WindowStats:
+    def merge(self, other: WindowStats, sketches: bool = True) -> WindowStats:
         self.requests += other.requests
         for error, n in other.errors.items():
             self.errors[error] = self.errors.get(error, 0) + n
         for kind, n in other.tokens.items():
             self.tokens[kind] += n
         for name, dist in other.dists.items():
-            self.dists[name].merge(dist)
+            self.dists[name].merge(dist, sketches)
         return self
 
     @property
@@ -113,29 +110,17 @@ class WindowStats:
         return sum(self.errors.values())
 
 
-class Cumulative:
+class Cumulative(WindowStats):
     """Running totals of one series across windows, so Prometheus gets counters and cumulative
-    histograms (what ``rate()`` and ``histogram_quantile()`` expect)."""
+    histograms (what ``rate()`` and ``histogram_quantile()`` expect). Sketches are not kept: quantiles
+    are per window."""
 
-    __slots__ = ("start_ns", "requests", "errors", "tokens", "counts", "totals", "ns")
+    __slots__ = ("start_ns",)
 
     def __init__(self, start_ns: int) -> None:
+        super().__init__()
         self.start_ns = start_ns
-        self.requests = 0
-        self.errors: dict[str, int] = {}
-        self.tokens = {"input": 0, "output": 0, "cached": 0}
-        self.counts = {name: [0] * (len(bounds) + 1) for name, (_, bounds) in DISTRIBUTIONS.items()}
-        self.totals = dict.fromkeys(DISTRIBUTIONS, 0.0)
-        self.ns = dict.fromkeys(DISTRIBUTIONS, 0)
 
-    def add(self, window: WindowStats) -> Cumulative:
-        self.requests += window.requests
-        for error, n in window.errors.items():
-            self.errors[error] = self.errors.get(error, 0) + n
-        for kind, n in window.tokens.items():
-            self.tokens[kind] += n
-        for name, dist in window.dists.items():
-            self.counts[name] = [a + b for a, b in zip(self.counts[name], dist.counts, strict=True)]
-            self.totals[name] += dist.total
-            self.ns[name] += dist.n
+    def add_window(self, window: WindowStats) -> Cumulative:
+        self.merge(window, sketches=False)
         return self

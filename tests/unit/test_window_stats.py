@@ -71,8 +71,8 @@ def test_encoded_window_carries_cumulative_counters_histograms_and_quantiles():
         (first if i < 1_000 else second).add(r)
     key = core.series_key(recs[0])
     totals = Cumulative(START)
-    totals.add(first)
-    totals.add(second)
+    totals.add_window(first)
+    totals.add_window(second)
     req = ExportMetricsServiceRequest.FromString(core.encode_window(key, START + 20 * 10**9, second, totals))
     metrics = {m.name: m for m in req.resource_metrics[0].scope_metrics[0].metrics}
     [requests] = metrics[P.REQUESTS].sum.data_points
