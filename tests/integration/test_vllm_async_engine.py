@@ -194,10 +194,16 @@ def test_ttft_and_itl_match_client_timings(run):
         assert c["tokens"] == MAX_TOKENS
         client_ttft = c["marks"][0] - c["t0"]
         server_ttft = prefill[A.TTFT]
-        # the server's TTFT starts at vLLM's arrival (after the client's call) and ends before the client
-        # sees the token: a little smaller, never much.
+        # The server's TTFT starts at vLLM's arrival (the llm_request span's start), which on a loaded
+        # machine can be tens of ms after the client's call (tokenising 12 prompts on one event loop), and
+        # ends when the frontend handles the first output, just before the client sees the token.
+        arrival = spans["llm_request"][0].start_time / 1e9
+        assert arrival >= c["t0"] - 0.001, (rid, arrival, c["t0"])
+        seen_after_arrival = c["marks"][0] - arrival
         assert server_ttft <= client_ttft + 0.005, (rid, server_ttft, client_ttft)
-        assert server_ttft >= client_ttft - max(0.05, 0.2 * client_ttft), (rid, server_ttft, client_ttft)
+        assert server_ttft <= seen_after_arrival + 0.005, (rid, server_ttft, seen_after_arrival)
+        assert server_ttft >= seen_after_arrival - max(0.05, 0.2 * seen_after_arrival), (
+            rid, server_ttft, seen_after_arrival)
         client_itl_mean = (c["marks"][-1] - c["marks"][0]) / (MAX_TOKENS - 1)
         assert abs(decode[A.ITL_MEAN] - client_itl_mean) <= 0.005 + 0.25 * client_itl_mean, (
             rid, decode[A.ITL_MEAN], client_itl_mean)
