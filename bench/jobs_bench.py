@@ -1,8 +1,8 @@
 """Flink job figures: sustained records/s of normalize and metrics, CPU per stack component, and the
 decision figures for sending only request-level spans to ``infersight.otlp.requests``.
 
-    .venv/bin/python bench/jobs_bench.py                               # full: 200k-request backlog (~10 min)
-    .venv/bin/python bench/jobs_bench.py --quick                       # < 3 min: 40k-request backlog
+    .venv/bin/python bench/jobs_bench.py                               # full: 200k-request backlog (~4 min)
+    .venv/bin/python bench/jobs_bench.py --quick                       # < 3 min: 100k-request backlog
     .venv/bin/python bench/jobs_bench.py --quick --state-dir /tmp/devstack
 
 Writes bench/results/jobs.json. Uses the stack at --state-dir (the default `infersight up` stack) as
@@ -144,6 +144,27 @@ def end_offsets(bootstrap: str, topic: str, commit_for: str | None = None) -> di
     return marks
 
 
+def committed_count(bootstrap: str, topic: str) -> int:
+    """Records a read_committed consumer sees in ``topic`` now (its offsets also count transaction
+    markers, so offsets are not records)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=10)[0]) for p in parts])
+        count, idle = 0, 0
+        while idle < 2:  # two empty 1-s polls in a row: everything committed has been read
+            batch = consumer.consume(num_messages=10_000, timeout=1.0)
+            count += sum(1 for m in batch if m.error() is None)
+            idle = 0 if batch else idle + 1
+    finally:
+        consumer.close()
+    return count
+
+
 def produce_backlog(bootstrap: str, n: int) -> int:
     """``n`` synthetic requests as root spans, 50 per message, in end order on one key; returns messages."""
     from confluent_kafka import Producer
@@ -172,33 +193,31 @@ def rest(url: str) -> Any:
 
 @dataclass
 class Counter:
-    """Summed subtask metrics of one job's source vertex: the source operator's records out (the whole
-    job may be one chained task, whose own numRecordsOut is the chain's tail), its Kafka lag, extras."""
+    """Summed subtask metrics of one vertex of a job: ``metric``, the records its Python stage has taken
+    or emitted (a source's own count runs ahead of the job: it fills network buffers while the Python
+    worker starts or back-pressures), plus optional extras of the same vertex."""
 
     base: str
-    source: str  # the source's name: "otlp_in" (normalize), "requests" (metrics)
+    vertex: str  # the start of the vertex's name: "Source: otlp_in" (normalize), "regional-windows" (metrics)
+    metric: str  # e.g. "Timestamps/Watermarks.numRecordsOut": requests out of normalize's Python operator
     also: tuple[str, ...] = ()  # further metrics of the same vertex, sampled alongside
     url: str | None = field(default=None, init=False)
     names: list[str] = field(default_factory=list, init=False)
 
     def read(self) -> list[float] | None:
-        """[records out, pending records (lag), *also], or None while the metrics are not registered."""
+        """[metric, *also], or None while the metrics are not registered."""
         if self.url is None:
-            vertex = next((v for v in rest(self.base)["vertices"]
-                           if v["name"].startswith(f"Source: {self.source}")), None)
+            vertex = next((v for v in rest(self.base)["vertices"] if v["name"].startswith(self.vertex)), None)
             if vertex is None:
                 return None
             vurl = f"{self.base}/vertices/{vertex['id']}/subtasks/metrics"
             ids = {m["id"] for m in rest(vurl)}
-            op = next((i.rsplit(".", 1)[0] for i in ids if i.startswith("Source__") and i.endswith(".numRecordsOut")),
-                      None)
-            names = [f"{op}.numRecordsOut", f"{op}.pendingRecords"]
-            if op is None or not ids.issuperset(names):
+            if self.metric not in ids:
                 return None  # the task is still starting
             # Extras are optional: an operator renamed or chained differently must not stop the bench.
             self.also = tuple(a for a in self.also if a in ids)
-            names += self.also
-            self.names, self.url = names, f"{vurl}?get={urllib.parse.quote(','.join(names))}&agg=sum"
+            self.names = [self.metric, *self.also]
+            self.url = f"{vurl}?get={urllib.parse.quote(','.join(self.names))}&agg=sum"
         values = {m["id"]: float(m["sum"]) for m in rest(self.url)}
         return [values.get(k, 0.0) for k in self.names]
 
@@ -220,14 +239,15 @@ def sample_job(counter: Counter, pids: dict[str, int], total: int, stable_s: flo
     first = -1
     while True:
         t = time.monotonic()
-        counts = counter.read() or [0.0] * (2 + len(counter.also))
+        counts = counter.read() or [0.0] * (1 + len(counter.also))
         samples.append(Sample(t, counts, {name: tree_ticks(pid) for name, pid in pids.items()}))
         n = len(samples) - 1
         if first < 0 and counts[0] > 0:
             first = n
         if first >= 0:
-            # Lag 0 alone is not the end: the source still emits what it has fetched (NaN lag is not 0).
-            if n > first and (counts[0] >= total or (counts[1] == 0 and counts[0] == samples[-2].counts[0])):
+            # Only the whole backlog out is the end: the source fetches ahead (its lag reads 0 while records
+            # wait in its queue) and stalls for seconds while the Python worker starts or back-pressures.
+            if n > first and counts[0] >= total:
                 done = next(i for i in range(first, n + 1) if samples[i].counts[0] == counts[0])
                 return samples, first, done - 1 if done - 1 > first else n, "drained"
             if stable_s is not None and t - samples[first].t >= stable_s and stable(samples[first:], stable_s):
@@ -268,11 +288,11 @@ def measure(layout, module: str, group: str, extra: list[str], counter_for: Call
         submit.cancel(layout, job_id)
     a, b = samples[i], samples[j]
     return {
-        "job_id": job_id, "group_id": group, "submit_s": round(submitted_s, 1), "backlog_offsets": total,
+        "job_id": job_id, "group_id": group, "submit_s": round(submitted_s, 1), "backlog_records": total,
         "other_jobs_running": others, "end": why, "samples": len(samples), "interval_s": round(b.t - a.t, 1),
-        "source_records_per_s": round(rate(a, b), 1),
-        "source_counts": [a.counts[0], b.counts[0]],
-        "also_per_s": {name: round(rate(a, b, k), 1) for k, name in enumerate(counter.also, 2)},
+        "counted": counter.metric, "records_per_s": round(rate(a, b), 1),
+        "counts": [a.counts[0], b.counts[0]],
+        "also_per_s": {name: round(rate(a, b, k), 1) for k, name in enumerate(counter.also, 1)},
         "cpu_seconds": {name: round((b.ticks[name] - a.ticks[name]) / CLK_TCK, 2) for name in pids},
     }
 
@@ -293,21 +313,21 @@ def run_jobs(state_dir: Path, requests: int, stable_s: float, max_s: float) -> d
         tag = uuid.uuid4().hex[:8]
         # normalize's fresh group starts at the topic's current end: its backlog is exactly ours, however
         # much earlier runs left there.
-        before = end_offsets(layout.kafka_bootstrap, OTLP_REQUESTS.name, commit_for=f"bench-normalize-{tag}")
+        end_offsets(layout.kafka_bootstrap, OTLP_REQUESTS.name, commit_for=f"bench-normalize-{tag}")
         t0 = time.monotonic()
         messages = produce_backlog(layout.kafka_bootstrap, requests)
         produce_s = time.monotonic() - t0
-        after = end_offsets(layout.kafka_bootstrap, OTLP_REQUESTS.name)
         base = f"{layout.flink_rest_url}/jobs/"
         # Only the trace topic: pod metrics others write to infersight.otlp.metrics are not this backlog.
         normalize = measure(layout, "infersight.flink_jobs.normalize", f"bench-normalize-{tag}",
                             ["--source-topics", OTLP_REQUESTS.name],
-                            lambda jid: Counter(base + jid, "otlp_in", ("normalize.numRecordsOut",)),
-                            sum(after[p][1] - before[p][1] for p in after), pids, stable_s, max_s)
+                            lambda jid: Counter(base + jid, "Source: otlp_in", "Timestamps/Watermarks.numRecordsOut",
+                                                ("Source__otlp_in[1].numRecordsOut",)),
+                            requests, pids, stable_s, max_s)
         # metrics' fresh group reads infersight.requests from the start: everything normalized so far.
         metrics = measure(layout, "infersight.flink_jobs.metrics_job", f"bench-metrics-{tag}", [],
-                          lambda jid: Counter(base + jid, "requests"),
-                          sum(h - lo for lo, h in end_offsets(layout.kafka_bootstrap, REQUESTS.name).values()),
+                          lambda jid: Counter(base + jid, "regional-windows", "regional-windows.numRecordsIn"),
+                          committed_count(layout.kafka_bootstrap, REQUESTS.name),
                           pids, stable_s, max_s)
     finally:
         if started:
@@ -320,12 +340,12 @@ def main() -> None:
     from infersight.stack import paths
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="40k-request backlog, 30 s stable window")
+    parser.add_argument("--quick", action="store_true", help="100k-request backlog, 30 s stable window")
     parser.add_argument("--state-dir", type=Path, default=paths.stacks_dir() / "default",
                         help="the stack to use (default: the one `infersight up` starts)")
     args = parser.parse_args()
     # Each job is sampled until its backlog drains, its rate holds for stable_s, or max_s has passed.
-    requests, stable_s, max_s = (40_000, 30.0, 40.0) if args.quick else (200_000, 60.0, 240.0)
+    requests, stable_s, max_s = (100_000, 30.0, 40.0) if args.quick else (200_000, 60.0, 240.0)
     started = time.monotonic()
 
     decision = decision_figures(500 if args.quick else 5000, 3 if args.quick else 5)
@@ -333,11 +353,9 @@ def main() -> None:
     jobs = run_jobs(args.state_dir, requests, stable_s, max_s)
     norm, met = jobs["normalize"], jobs["metrics"]
     result = {
-        # normalize's source emits one row per Kafka message: requests/s = 50 x rows/s
-        "normalize_records_per_s": round(PER_MESSAGE * norm["source_records_per_s"], 1),
-        # cross-check: the records the job emitted
-        "normalize_records_out_per_s": norm["also_per_s"].get("normalize.numRecordsOut"),
-        "metrics_records_per_s": met["source_records_per_s"],
+        # requests out of normalize's Python operator; requests into the metrics job's window operator
+        "normalize_records_per_s": norm["records_per_s"],
+        "metrics_records_per_s": met["records_per_s"],
         "interval_s": {"normalize": norm["interval_s"], "metrics": met["interval_s"]},
         "cpu_seconds_per_component": {"normalize": norm["cpu_seconds"], "metrics": met["cpu_seconds"]},
         **{k: decision[k] for k in ("full_trace_bytes_per_request", "root_only_bytes_per_request",
