@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from infersight.instrumentation.api import Instrumentation
 
 STAGES = ("routing", "queue", "prefill", "decode", "safety")
+_STAGE_SET = frozenset(STAGES)
 _NEW, _STARTED, _FINISHED = 0, 1, 2
 _SEVERITY = {v: i for i, v in enumerate(A.SAFETY_VERDICTS)}
 
@@ -52,7 +53,9 @@ class Stage:
             self._token = None
         if exc is not None:
             self.set_attribute(A.ERROR_TYPE, type(exc).__qualname__)
-        self.end()
+        rec = self._rec
+        if rec[3] is None:  # end(), inlined: this runs for every stage of every request
+            rec[3] = self._req._clock()
         return False
 
     def end(self) -> None:
@@ -171,30 +174,33 @@ class RequestContext:
     # ---- stages ----
     def stage(self, name: str, **attributes: Any) -> Stage:
         """Open a stage span now; close it by leaving the ``with`` block or calling ``.end()``."""
-        now = self._clock()
-        if self._state != _STARTED:
-            self._bad(bad.NOT_STARTED if self._state == _NEW else bad.AFTER_FINISH, f"stage({name!r})")
-        if name not in STAGES:
-            self._bad(bad.UNKNOWN_STAGE, f"stage {name!r} is not one of {STAGES}")
-        attrs = {A.STAGE: name, **attributes} if attributes else None
-        span_context = ctx = None
-        if self._root is not None and self._root.sampled:
-            span_context, ctx = self._inst._spans.current().child_context(self._root)
-            if span_context is None:
-                ctx = None
-        rec = [name, span_context, now, None, attrs, [], ctx]  # see _summarise for the layout
-        if self._state == _STARTED:
-            self._stages.append(rec)
-        return Stage(self, rec)
+        return self._open(name, {A.STAGE: name, **attributes} if attributes else None)
 
     def safety(self, direction: str, check: str | None = None) -> Stage:
         """A guardrail stage on the ``input`` or ``output``; report with ``.verdict("pass"|"flag"|"block")``."""
         if direction not in ("input", "output"):
             self._bad(bad.UNKNOWN_VALUE, f"safety direction {direction!r} is not input or output")
-        attrs = {A.SAFETY_DIRECTION: direction}
+        attrs = {A.STAGE: "safety", A.SAFETY_DIRECTION: direction}
         if check:
             attrs[A.SAFETY_CHECK] = check
-        return self.stage("safety", **attrs)
+        return self._open("safety", attrs)
+
+    def _open(self, name: str, attrs: dict | None) -> Stage:
+        now = self._clock()
+        started = self._state == _STARTED
+        if not started:
+            self._bad(bad.NOT_STARTED if self._state == _NEW else bad.AFTER_FINISH, f"stage({name!r})")
+        if name not in _STAGE_SET:
+            self._bad(bad.UNKNOWN_STAGE, f"stage {name!r} is not one of {STAGES}")
+        root = self._root
+        if root is not None and root.sampled:
+            span_context, ctx = self._inst._spans.current().child_context(root)
+            rec = [name, span_context, now, None, attrs, [], ctx if span_context is not None else None]
+        else:  # no span will be built: no ids, no context, no event list
+            rec = [name, None, now, None, attrs, (), None]
+        if started:
+            self._stages.append(rec)
+        return Stage(self, rec)
 
     def end_stage(self, name: str) -> None:
         """Close the latest open stage called ``name`` (for stages that end in another callback)."""

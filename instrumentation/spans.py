@@ -25,6 +25,7 @@ SCOPE_NAME = "infersight.instrumentation"
 SCOPE_VERSION = "0.1.0"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_UNSET = Status(StatusCode.UNSET)  # immutable; one for every span without an error
 
 
 @dataclass(slots=True)
@@ -74,7 +75,7 @@ class _FastPath:
              error: str | None, stages: Sequence[tuple]) -> None:
         if root.sampler_attributes:
             attributes.update(root.sampler_attributes)
-        status = Status(StatusCode.ERROR, error) if error else Status(StatusCode.UNSET)
+        status = Status(StatusCode.ERROR, error) if error else _UNSET
         on_end, readable, resource, scope = self._processor.on_end, self._readable, self._resource, self._scope
         root_sc, event = root.span_context, self._event
         for stage_name, span_context, s_start, s_end, s_attrs, s_events in stages:
@@ -99,7 +100,7 @@ class _FastPath:
         record_sc = SpanContext(sc.trace_id, sc.span_id, is_remote=False, trace_flags=_SAMPLED,
                                 trace_state=sc.trace_state)
         attributes[RECORD_ONLY] = True
-        status = Status(StatusCode.ERROR, error) if error else Status(StatusCode.UNSET)
+        status = Status(StatusCode.ERROR, error) if error else _UNSET
         self._processor.on_end(self._readable(
             name, context=record_sc, parent=root.parent, resource=self._resource, attributes=attributes,
             kind=SpanKind.SERVER, status=status, start_time=start, end_time=end, instrumentation_scope=self._scope))
