@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,10 +91,10 @@ class Stack:
 
     # -- up ------------------------------------------------------------------------------
 
-    def up(self, timeout: float = START_TIMEOUT_S) -> float:
-        """Start whatever is not running, wait until all are healthy; returns seconds taken."""
+    def up(self, timeout: float = START_TIMEOUT_S, only: Collection[str] | None = None) -> float:
+        """Start whatever is not running (of ``only``, if given), wait until healthy; returns seconds taken."""
         started_at = time.monotonic()
-        components = self.layout.components()
+        components = [c for c in self.layout.components() if only is None or c.name in only]
         running = self.running_components()
         pids = dict(running)
         self.layout.logs.mkdir(parents=True, exist_ok=True)
@@ -164,6 +164,17 @@ class Stack:
             out.append(ComponentStatus(c.name, pid if running else None, running,
                                        running and c.healthy(), c.ports, c.log))
         return out
+
+    def stop(self, name: str, grace_s: float = 20.0) -> bool:
+        """Stop one component (an outage, a restart); ``up()`` starts it again. False if not running."""
+        pids = self._pids()
+        pid = pids.pop(name, None)
+        if pid is None or not self.is_ours(pid):
+            return False
+        _terminate(pid, grace_s)
+        self._save(pids)
+        self.log(f"  {name:<26} stopped (pid {pid})")
+        return True
 
     def down(self, wipe: bool = False, grace_s: float = 20.0) -> list[str]:
         """Stop the processes this stack started (newest first); returns the names stopped."""
