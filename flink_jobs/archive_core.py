@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from infersight.schemas.records import RECORD_FIELDS, RequestRecord
+from infersight.schemas.records import RECORD_FIELDS, RequestRecord, unique_requests
 
 MS = 1_000_000  # ns per ms
 DAY_MS = 86_400_000
@@ -70,7 +70,7 @@ def write_bucket(root: str | os.PathLike[str], region: str, bucket_start_ms: int
     """Write one bucket's rows atomically to its deterministic file (replacing any previous copy)."""
     folder = partition_path(root, region, bucket_start_ms * MS)
     folder.mkdir(parents=True, exist_ok=True)
-    rows = sorted(records, key=_sort_key)
+    rows = sorted(unique_requests(records), key=_sort_key)  # a request repeated upstream: once
     table = pa.table({name: [r.get(name) for r in rows] for name in RECORD_FIELDS}, schema=SCHEMA)
     final = folder / file_name(bucket_start_ms, seq)
     # A dot-prefixed temp file in the same folder: readers skip it and os.replace is atomic there.

@@ -13,7 +13,7 @@ from pyflink.datastream.functions import AggregateFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
 from infersight.flink_jobs import metrics_core as core
-from infersight.flink_jobs.window_stats import Cumulative, WindowStats
+from infersight.flink_jobs.window_stats import Cumulative, WindowStats, window_of
 
 MS = core.MS
 
@@ -36,10 +36,7 @@ class StatsFromRecords(ProcessWindowFunction):
     sketches, ~20 KB) for every record: measured 1.4 ms per record, the job's bottleneck."""
 
     def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
-        stats = WindowStats()
-        for element in elements:
-            stats.add(element[2])
-        yield key, context.window().end * MS, stats
+        yield key, context.window().end * MS, window_of(element[2] for element in elements)
 
 
 class MergeAggregate(AggregateFunction):

@@ -72,5 +72,6 @@ def encode_requests(records: Iterable[RequestRecord], resource: dict[str, str] |
             scope = rs.scope_spans.add()
             scope.scope.name, scope.scope.version = SCOPE_NAME, SCOPE_VERSION
             by_region[region] = scope
-        scope.spans.append(root_span(record, (i + 1).to_bytes(8, "big")))
+        span_id = bytes.fromhex(record.span_id) if record.span_id else (i + 1).to_bytes(8, "big")
+        scope.spans.append(root_span(record, span_id))
     return request.SerializeToString()

@@ -32,8 +32,9 @@ def sample_records(n: int, start_ns: int, span_s: float, seed: int = 7, regions:
         e2e = ttft + decode
         error = "timeout" if rng.random() < error_rate else None
         tokens_in = rng.randint(16, 2048)
+        trace_id = rng.getrandbits(128).to_bytes(16, "big").hex()
         yield RequestRecord(
-            trace_id=rng.getrandbits(128).to_bytes(16, "big").hex(), region=region, model=model,
+            trace_id=trace_id, span_id=trace_id[:16], region=region, model=model,
             start_ns=end - int(e2e * NS) - 1, end_ns=end, e2e_s=e2e, model_version="v1",
             track="canary" if rng.random() < 0.1 else "stable", engine="vllm", ttft_s=ttft, queue_s=queue,
             prefill_s=ttft - queue, decode_s=decode, itl_count=tokens_out - 1,

@@ -194,7 +194,7 @@ def span_to_record(span: Span, resource: dict[str, Any], now_ns: int, bounds: Ti
         problems.append(f"{A.GEN_AI_REQUEST_MODEL}: missing")
     if problems:
         return problems
-    fields.update(trace_id=span.trace_id.hex(), start_ns=start, end_ns=end)
+    fields.update(trace_id=span.trace_id.hex(), span_id=span.span_id.hex(), start_ns=start, end_ns=end)
     record = RequestRecord(**fields)
     contract = validate(record)
     return contract or record

@@ -9,11 +9,13 @@ never averaged. Pure Python; the metrics job keeps these objects as Flink window
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 from typing import Any
 
 from ddsketch import DDSketch
 
 from infersight.schemas.pipeline import DISTRIBUTIONS, SKETCH_RELATIVE_ACCURACY
+from infersight.schemas.records import unique_requests
 
 
 def distribution_values(record: dict[str, Any]) -> dict[str, float]:
@@ -108,6 +110,15 @@ class WindowStats:
     @property
     def error_count(self) -> int:
         return sum(self.errors.values())
+
+
+def window_of(records: Iterable[dict[str, Any]]) -> WindowStats:
+    """One window's stats, each request counted once (``unique_requests``: a repeated request has the
+    same end time and series, so its copies always land in the same window)."""
+    stats = WindowStats()
+    for record in unique_requests(records):
+        stats.add(record)
+    return stats
 
 
 class Cumulative(WindowStats):

@@ -83,9 +83,10 @@ def build_record(req: RequestContext) -> RequestRecord:
     itl: ItlSummary | None = s["itl"]
     root = req._root
     trace_id = format(root.span_context.trace_id, "032x") if root is not None else "0" * 32
+    span_id = format(root.span_context.span_id, "016x") if root is not None else ""
     inst = req._inst
     return RequestRecord(
-        trace_id=trace_id, region=inst.region, model=req.model, start_ns=req._wall0,
+        trace_id=trace_id, span_id=span_id, region=inst.region, model=req.model, start_ns=req._wall0,
         end_ns=req._wall_ns(s["end"]), e2e_s=s["e2e_s"], model_version=inst.settings.model_version,
         track=inst.settings.track, engine=inst.engine, ttft_s=s["ttft_s"], queue_s=s["queue_s"],
         prefill_s=s["prefill_s"], decode_s=s["decode_s"], itl_count=itl.count if itl else 0,

@@ -7,6 +7,7 @@ exactly what was wrong; it never raises on bad input.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -27,6 +28,7 @@ class RequestRecord:
     start_ns: int
     end_ns: int
     e2e_s: float
+    span_id: str = ""  # the request span's id: with trace_id, the request's identity (a trace may hold many)
     model_version: str = ""
     track: str = "stable"
     engine: str = "custom"
@@ -61,6 +63,21 @@ RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 _REQUIRED = ("trace_id", "region", "model", "start_ns", "end_ns", "e2e_s")
 
 
+def unique_requests(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Each request once. A request delivered twice upstream (a gateway re-sending a batch after a
+    restart: the pod-to-Kafka leg is at least once) becomes identical records with the same trace and
+    span id; only the first is kept. Records without a span id (older producers) are all kept."""
+    seen: set[tuple[str, str]] = set()
+    for record in records:
+        span_id = record.get("span_id")
+        if span_id:
+            identity = (record.get("trace_id"), span_id)
+            if identity in seen:
+                continue
+            seen.add(identity)
+        yield record
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -84,6 +101,12 @@ def validate(record: RequestRecord | dict[str, Any]) -> list[str]:
                                      and all(c in "0123456789abcdef" for c in trace_id)
                                      and trace_id != "0" * 32):
         problems.append(f"trace_id: {trace_id!r} is not 32 lowercase hex digits (non-zero)")
+    span_id = data.get("span_id", "")
+    if span_id and not (isinstance(span_id, str) and len(span_id) == 16
+                        and all(c in "0123456789abcdef" for c in span_id) and span_id != "0" * 16):
+        problems.append(f"span_id: {span_id!r} is not 16 lowercase hex digits (non-zero)")
+    elif span_id is None or not isinstance(span_id, str):
+        problems.append(f"span_id: must be a string, got {span_id!r}")
     for name in ("region", "model"):
         value = data.get(name)
         if value is not None and not (isinstance(value, str) and value):

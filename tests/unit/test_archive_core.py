@@ -89,3 +89,10 @@ def test_partition_path_and_bucket_checks(tmp_path):
     assert core.read_archive(tmp_path / "missing").num_rows == 0
     with pytest.raises(ValueError):
         core.check_bucket_ms(7_000)
+
+
+def test_a_request_delivered_twice_is_archived_once(tmp_path):
+    records = two_days_two_regions()
+    write_all(tmp_path, records + [dict(r) for r in records[::4]])
+    ids = core.read_archive(tmp_path).select(["trace_id", "span_id"]).to_pylist()
+    assert len(ids) == len(records) and len({(r["trace_id"], r["span_id"]) for r in ids}) == len(records)

@@ -65,8 +65,8 @@ def test_sdk_root_span_becomes_the_same_record_the_instrumentation_built():
     records, dead = run(payload)
     assert dead == [] and len(records) == 1  # stage spans are not requests
     got = records[0]
-    exact = ("trace_id", "region", "model", "start_ns", "end_ns", "track", "engine", "itl_count", "tokens_in",
-             "tokens_out", "tokens_cached", "finish_reason", "error_type")
+    exact = ("trace_id", "span_id", "region", "model", "start_ns", "end_ns", "track", "engine", "itl_count",
+             "tokens_in", "tokens_out", "tokens_cached", "finish_reason", "error_type")
     assert {k: got[k] for k in exact} == {k: getattr(expected, k) for k in exact}
     for k in ("e2e_s", "ttft_s", "queue_s", "prefill_s", "itl_p99_s", "itl_max_s"):
         assert got[k] == pytest.approx(getattr(expected, k), rel=1e-9), k

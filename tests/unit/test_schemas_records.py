@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infersight.schemas.records import RECORD_FIELDS, RequestRecord, validate
+from infersight.schemas.records import RECORD_FIELDS, RequestRecord, unique_requests, validate
 
 
 def good(**overrides) -> RequestRecord:
@@ -31,6 +31,9 @@ def test_round_trip_through_dict():
 @pytest.mark.parametrize(("overrides", "field"), [
     ({"trace_id": "XYZ"}, "trace_id"),
     ({"trace_id": "0" * 32}, "trace_id"),
+    ({"span_id": "b7ad6b71"}, "span_id"),
+    ({"span_id": "0" * 16}, "span_id"),
+    ({"span_id": None}, "span_id"),
     ({"region": ""}, "region"),
     ({"model": 3}, "model"),
     ({"track": "blue"}, "track"),
@@ -64,3 +67,10 @@ def test_garbage_is_reported_not_raised():
     problems = validate({"trace_id": None, "start_ns": "x", "bogus": object()})
     fields = {p.split(":")[0] for p in problems}
     assert {"trace_id", "region", "model", "e2e_s", "start_ns", "bogus"} <= fields
+
+
+def test_unique_requests_keeps_the_first_copy_of_each_trace_and_span():
+    a, b = good(span_id="b7ad6b7169203331").to_dict(), good(span_id="00f067aa0ba902b7").to_dict()
+    legacy = good().to_dict()  # no span id: never treated as a copy
+    out = list(unique_requests([a, dict(a), b, legacy, dict(legacy), dict(b)]))
+    assert out == [a, b, legacy, legacy]  # same trace, another span: another request of that trace

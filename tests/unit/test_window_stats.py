@@ -8,7 +8,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from infersight.flink_jobs import metrics_core as core
 from infersight.flink_jobs.sample_requests import REGIONS, sample_records
-from infersight.flink_jobs.window_stats import Cumulative, WindowStats, distribution_values
+from infersight.flink_jobs.window_stats import Cumulative, WindowStats, distribution_values, window_of
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 
@@ -104,3 +104,15 @@ def test_pod_gauges_roll_up_per_their_meaning_and_cost_follows_the_pricing():
     assert gpu_s == 40.0 and cost == pytest.approx(40 * 3.6 / 3600)
     assert idle == pytest.approx(cost * (1 - 0.7))
     assert core.Pricing.load(None).usd_per_gpu_hour("nowhere", "X") > 0  # packaged file's default
+
+
+def test_a_request_delivered_twice_counts_once_in_its_window():
+    recs = records(2_000)
+    once = window_of(recs)
+    twice = window_of(recs + [dict(r) for r in recs[::3]])  # a gateway re-sent every third request
+    assert twice.requests == once.requests == len(recs)
+    assert twice.tokens == once.tokens
+    for field, dist in twice.dists.items():
+        assert dist.counts == once.dists[field].counts, field
+    no_ids = [{**r, "span_id": ""} for r in recs[:10]]
+    assert window_of(no_ids + no_ids).requests == 20  # without span ids nothing is a copy
