@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
+from tests.unit.fakes import metric_points
 
 pytestmark = pytest.mark.integration
 
@@ -29,16 +30,6 @@ MAX_NUM_SEQS = 4
 N_REQUESTS = 12
 MAX_TOKENS = 24
 SHARED_PREFIX = " ".join(["the quick brown fox jumps over the lazy dog in the north region"] * 8)
-
-
-def _metric_points(reader: InMemoryMetricReader) -> dict[str, list]:
-    data = reader.get_metrics_data()
-    out: dict[str, list] = {}
-    for rm in data.resource_metrics if data else ():
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                out.setdefault(metric.name, []).extend(metric.data.data_points)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +119,7 @@ def run(engine):
 
     async def watch_queue(done: asyncio.Event) -> None:
         while not done.is_set():
-            for point in _metric_points(reader).get(M.QUEUE_DEPTH, ()):
+            for point in metric_points(reader).get(M.QUEUE_DEPTH, ()):
                 max_queue_depth[0] = max(max_queue_depth[0], point.value)
             await asyncio.sleep(0.02)
 
@@ -141,7 +132,7 @@ def run(engine):
 
     loop.run_until_complete(main())
     return {"client": client, "traceparents": traceparents, "max_queue_depth": max_queue_depth[0],
-            "spans": engine["spans"].get_finished_spans(), "metrics": _metric_points(reader),
+            "spans": engine["spans"].get_finished_spans(), "metrics": metric_points(reader),
             "plugin": _plugin(llm)}
 
 

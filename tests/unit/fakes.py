@@ -1,4 +1,4 @@
-"""Test doubles shared by the instrumentation tests."""
+"""Test doubles and helpers shared by the instrumentation tests."""
 
 
 class FakeClock:
@@ -12,3 +12,14 @@ class FakeClock:
 
     def ms(self, millis: float) -> None:
         self.now += int(millis * 1_000_000)
+
+
+def metric_points(reader) -> dict[str, list]:
+    """Every data point an SDK metric reader collects now, by metric name."""
+    out: dict[str, list] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out

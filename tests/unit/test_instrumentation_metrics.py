@@ -18,7 +18,7 @@ from infersight.instrumentation.gpu import register_gpu_gauges
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.registry import histogram_buckets
-from tests.unit.fakes import FakeClock
+from tests.unit.fakes import FakeClock, metric_points
 
 
 def make(sampler=ALWAYS_ON, reader=None, meter_provider=None, **kwargs):
@@ -48,16 +48,6 @@ def one_request(h, ttft_ms=30.0, gaps_ms=(20.0, 20.0, 20.0), queue_ms=4.0, model
         req.finish("error" if error else "stop")
 
 
-def collect(reader) -> dict:
-    out: dict = {}
-    data = reader.get_metrics_data()
-    for rm in data.resource_metrics if data else ():
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                out.setdefault(metric.name, []).extend(metric.data.data_points)
-    return out
-
-
 HISTS = (M.GEN_AI_SERVER_REQUEST_DURATION, M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, M.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
          M.ITL_P99_METRIC, M.QUEUE_TIME_METRIC, M.GEN_AI_CLIENT_TOKEN_USAGE)
 
@@ -66,7 +56,7 @@ HISTS = (M.GEN_AI_SERVER_REQUEST_DURATION, M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, 
 def test_histograms_have_semconv_names_registry_buckets_and_right_counts(fast):
     h = make(fast_metrics=fast)
     one_request(h)
-    points = collect(h.reader)
+    points = metric_points(h.reader)
     for name in HISTS:
         assert name in points, name
         assert tuple(points[name][0].explicit_bounds) == histogram_buckets(name)
@@ -89,7 +79,7 @@ def test_histograms_have_semconv_names_registry_buckets_and_right_counts(fast):
 def test_value_on_a_bucket_bound_counts_in_that_bucket():
     h = make()
     one_request(h, ttft_ms=100.0, queue_ms=1.0)  # exactly the 0.1 bound: OTel buckets are (lower, upper]
-    (ttft,) = collect(h.reader)[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN]
+    (ttft,) = metric_points(h.reader)[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN]
     assert ttft.bucket_counts[histogram_buckets(M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN).index(0.1)] == 1
 
 
@@ -100,7 +90,7 @@ def test_sampled_out_requests_still_feed_every_metric(sampler):
         one_request(h)
     spans = h.exporter.get_finished_spans()  # only the record-only roots: no trace was sampled
     assert len(spans) == 3 and all(s.attributes[A.RECORD_ONLY] is True and s.parent is None for s in spans)
-    points = collect(h.reader)
+    points = metric_points(h.reader)
     for name in (M.GEN_AI_SERVER_REQUEST_DURATION, M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, M.ITL_P99_METRIC):
         assert points[name][0].count == 3
 
@@ -112,13 +102,13 @@ def test_remote_not_sampled_parent_builds_no_trace_spans_but_records_metrics():
     [record] = h.exporter.get_finished_spans()
     assert record.attributes[A.RECORD_ONLY] is True
     assert format(record.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
-    assert collect(h.reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 1
+    assert metric_points(h.reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 1
 
 
 def test_failed_requests_carry_error_type_and_skip_ttft():
     h = make()
     one_request(h, error="EngineDeadError")
-    points = collect(h.reader)
+    points = metric_points(h.reader)
     (duration,) = points[M.GEN_AI_SERVER_REQUEST_DURATION]
     assert duration.attributes[A.ERROR_TYPE] == "EngineDeadError"
     assert M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN not in points
@@ -131,11 +121,11 @@ def test_cumulative_then_delta_temporality():
     h = make(meter_provider=mp, reader=cumulative_reader)
     one_request(h)
     one_request(h)
-    assert collect(delta_reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 2
+    assert metric_points(delta_reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 2
     one_request(h)
-    delta = collect(delta_reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0]
+    delta = metric_points(delta_reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0]
     assert delta.count == 1
-    assert collect(cumulative_reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 3
+    assert metric_points(cumulative_reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 3
 
 
 def test_two_instrumentations_on_one_provider_share_one_series():
@@ -148,7 +138,7 @@ def test_two_instrumentations_on_one_provider_share_one_series():
     data = h.reader.get_metrics_data()
     names = [m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
     assert names.count(M.GEN_AI_SERVER_REQUEST_DURATION) == 1
-    assert collect(h.reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 2
+    assert metric_points(h.reader)[M.GEN_AI_SERVER_REQUEST_DURATION][0].count == 2
 
 
 def test_views_helper_fixes_buckets_for_the_api_path():
@@ -156,7 +146,7 @@ def test_views_helper_fixes_buckets_for_the_api_path():
     mp = MeterProvider(metric_readers=[reader], views=views())
     h = make(meter_provider=mp, reader=reader, fast_metrics=False)
     one_request(h)
-    (itl,) = collect(reader)[M.ITL_P99_METRIC]
+    (itl,) = metric_points(reader)[M.ITL_P99_METRIC]
     assert tuple(itl.explicit_bounds) == histogram_buckets(M.ITL_P99_METRIC)
 
 
@@ -169,7 +159,7 @@ def test_server_gauges_and_prefix_cache_counters():
     for _ in range(2):
         with h.inst.request("llama") as req:
             req.prefix_cache(queried_tokens=64, hit_tokens=48)
-    points = collect(h.reader)
+    points = metric_points(h.reader)
     assert points[M.QUEUE_DEPTH][0].value == 7
     assert points[M.REQUESTS_RUNNING][0].value == 3
     assert points[M.KV_CACHE_USAGE][0].value == pytest.approx(0.42)
@@ -181,7 +171,7 @@ def test_server_gauges_and_prefix_cache_counters():
 
 def test_unset_gauges_report_nothing():
     h = make()
-    assert M.QUEUE_DEPTH not in collect(h.reader)
+    assert M.QUEUE_DEPTH not in metric_points(h.reader)
 
 
 class FakeNvml:
@@ -205,7 +195,7 @@ def test_gpu_gauges_from_nvml():
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader])
     assert register_gpu_gauges(mp.get_meter("t"), nvml=FakeNvml()) is True
-    points = collect(reader)
+    points = metric_points(reader)
     util = {p.attributes[A.HW_ID]: p.value for p in points[M.HW_GPU_UTILIZATION]}
     assert util == {"0": pytest.approx(0.5), "1": pytest.approx(0.51)}
     assert {p.value for p in points[M.HW_GPU_MEMORY_USAGE]} == {1000, 2000}
@@ -222,7 +212,7 @@ def test_no_nvml_is_one_log_line_and_nothing_else(caplog):
     with caplog.at_level(logging.INFO, logger="infersight.instrumentation"):
         assert register_gpu_gauges(mp.get_meter("t"), nvml=Broken()) is False
     assert len(caplog.records) == 1 and "NVML" in caplog.records[0].getMessage()
-    assert collect(reader) == {}
+    assert metric_points(reader) == {}
 
 
 def test_settings_from_environment(caplog):

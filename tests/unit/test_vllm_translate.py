@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from infersight.instrumentation.selftelemetry import BAD_TYPE, NEGATIVE_DURATION
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
+from tests.unit.fakes import metric_points
 
 stats = pytest.importorskip("vllm.v1.metrics.stats")
 engine = pytest.importorskip("vllm.v1.engine")
@@ -34,16 +35,6 @@ def setup():
     translator = StatsTranslator("tiny-llama", tracer_provider=tp, meter_provider=mp, vllm_tracing=False,
                                  parents=parents, gpu=False)
     return translator, parents, exporter, reader
-
-
-def _points(reader) -> dict[str, list]:
-    out: dict[str, list] = {}
-    data = reader.get_metrics_data()
-    for rm in data.resource_metrics if data else ():
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                out.setdefault(metric.name, []).extend(metric.data.data_points)
-    return out
 
 
 def _step(gaps=(), finished=(), t=T_END, waiting=0, running=1, kv=0.25, queries=0, hits=0):
@@ -97,7 +88,7 @@ def test_request_replayed_at_vllms_times_with_exact_gaps(setup):
         assert (stage.end_time - stage.start_time) / 1e9 == pytest.approx(seconds, abs=1e-6), name
     assert spans["prefill"].end_time == spans["decode"].start_time
 
-    m = _points(reader)
+    m = metric_points(reader)
     assert [p.value for p in m[M.QUEUE_DEPTH]] == [2]
     assert [p.value for p in m[M.KV_CACHE_USAGE]] == [0.25]
     assert sum(p.value for p in m[M.PREFIX_CACHE_QUERIES]) == 3 * 64
@@ -139,7 +130,7 @@ def test_bad_stats_are_counted_not_raised(setup):
     translator.record(None, it)
     translator.record(None, None)
     errors = {p.attributes[A.INSTRUMENTATION_ERROR_KIND]: p.value
-              for p in _points(reader).get(M.INSTRUMENTATION_ERRORS, [])}
+              for p in metric_points(reader).get(M.INSTRUMENTATION_ERRORS, [])}
     assert errors.get(NEGATIVE_DURATION, 0) >= 1 and errors.get(BAD_TYPE, 0) >= 1
     roots = [s for s in exporter.get_finished_spans() if s.name.endswith("tiny-llama")]
     assert len(roots) == 1  # the negative duration was clamped and the request kept; the untimed one dropped
