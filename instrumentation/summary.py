@@ -28,14 +28,10 @@ class ItlSummary(NamedTuple):
     max_s: float
 
 
-def nearest_rank(sorted_values: list[int], q: float) -> int:
-    """The nearest-rank percentile (an observed value, never interpolated)."""
-    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
-
-
 @functools.lru_cache(maxsize=4096)
 def _ranks(n: int) -> tuple[int, int, int]:
-    """Indexes of the nearest-rank p50, p90, p99 among ``n`` sorted values."""
+    """Indexes of the nearest-rank p50, p90, p99 among ``n`` sorted values (observed values, never
+    interpolated)."""
     return tuple(max(0, math.ceil(q * n) - 1) for q in (0.5, 0.9, 0.99))  # type: ignore[return-value]
 
 

@@ -82,6 +82,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _is_hex_id(value: Any, digits: int) -> bool:
+    """A W3C trace or span id: ``digits`` lowercase hex digits, not all zero."""
+    return (isinstance(value, str) and len(value) == digits and all(c in "0123456789abcdef" for c in value)
+            and value != "0" * digits)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -97,16 +103,11 @@ def validate(record: RequestRecord | dict[str, Any]) -> list[str]:
         problems.append(f"{name}: not a field of the request record")
 
     trace_id = data.get("trace_id")
-    if trace_id is not None and not (isinstance(trace_id, str) and len(trace_id) == 32
-                                     and all(c in "0123456789abcdef" for c in trace_id)
-                                     and trace_id != "0" * 32):
+    if trace_id is not None and not _is_hex_id(trace_id, 32):
         problems.append(f"trace_id: {trace_id!r} is not 32 lowercase hex digits (non-zero)")
     span_id = data.get("span_id", "")
-    if span_id and not (isinstance(span_id, str) and len(span_id) == 16
-                        and all(c in "0123456789abcdef" for c in span_id) and span_id != "0" * 16):
-        problems.append(f"span_id: {span_id!r} is not 16 lowercase hex digits (non-zero)")
-    elif span_id is None or not isinstance(span_id, str):
-        problems.append(f"span_id: must be a string, got {span_id!r}")
+    if span_id != "" and not _is_hex_id(span_id, 16):
+        problems.append(f"span_id: {span_id!r} is neither empty nor 16 lowercase hex digits (non-zero)")
     for name in ("region", "model"):
         value = data.get(name)
         if value is not None and not (isinstance(value, str) and value):

@@ -178,18 +178,9 @@ class Stack:
 
     def down(self, wipe: bool = False, grace_s: float = 20.0) -> list[str]:
         """Stop the processes this stack started (newest first); returns the names stopped."""
-        pids = self._pids()
-        order = [c.name for c in reversed(self.layout.components())]
-        stopped = []
-        for name in order:
-            pid = pids.pop(name, None)
-            if pid is None or not self.is_ours(pid):
-                continue
-            _terminate(pid, grace_s)
-            stopped.append(name)
-            self.log(f"  {name:<26} stopped (pid {pid})")
+        stopped = [c.name for c in reversed(self.layout.components()) if self.stop(c.name, grace_s)]
         if self.state_dir.exists():
-            self._save(pids)
+            self._save({})  # also forgets pids of processes that are gone or no longer ours
         if wipe:
             import shutil
 

@@ -3,11 +3,9 @@ until Kafka is back, and the queue survives a restart of the gateway itself duri
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -15,6 +13,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from infersight.flink_jobs.otlp_spans import iter_spans
 from infersight.schemas.topics import OTLP_SPANS
+from tests.integration.kafka_util import consume_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,24 +39,21 @@ def send_spans(endpoint: str, marker: str, n: int) -> set[str]:
 def marked_span_ids(bootstrap: str, marker: str, expected: int, timeout_s: float) -> tuple[set[str], int]:
     """Span ids carrying ``marker`` on the full-trace topic (and how many copies), until ``expected``
     distinct ones arrived or the timeout passed."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([OTLP_SPANS.name])
     seen: set[str] = set()
-    copies = 0
-    deadline = time.monotonic() + timeout_s
+    copies = [0]
+
+    def collect(msg) -> bool:
+        for span in iter_spans(msg.value()):
+            if span["attributes"].get("test.marker") == marker:
+                seen.add(span["span_id"])
+                copies[0] += 1
+        return len(seen) >= expected
+
     try:
-        while len(seen) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            for span in iter_spans(msg.value()):
-                if span["attributes"].get("test.marker") == marker:
-                    seen.add(span["span_id"])
-                    copies += 1
-    finally:
-        consumer.close()
-    return seen, copies
+        consume_until(bootstrap, OTLP_SPANS.name, collect, timeout_s)
+    except AssertionError:
+        pass  # the caller's comparison says how many are missing
+    return seen, copies[0]
 
 
 def test_kafka_outage_and_gateway_restart_lose_nothing(stack):
