@@ -259,12 +259,18 @@ def test_late_records_go_to_the_late_topic_and_are_counted(jobs, stack):
     now = time.time_ns()
     produce_requests(bootstrap, batch(f"lead-{uuid.uuid4().hex[:6]}", 1, now + 60 * NS, seed=3))
     before = prom_value(prom_url, "sum(infersight_late_records_total)") or 0.0
-    late = batch(f"late-{uuid.uuid4().hex[:6]}", 1, now - 60 * NS, seed=4)
-    time.sleep(5)  # let the lead record move the watermark first
-    produce_requests(bootstrap, late)
-    trace_id = late[0].trace_id
-    wait_until(lambda: any(r["trace_id"] == trace_id for r in request_records(bootstrap, LATE.name)), 120,
-               "the late record on infersight.late")
+    # The lead record moves the watermark only once the other partitions have gone idle (``--idle-s``),
+    # so a record sent before then is still on time; send a fresh one-minute-old record on every poll
+    # until one is late (the watermark never moves back, so it stays late from then on).
+    sent: set[str] = set()
+
+    def send_then_check() -> bool:
+        late = batch(f"late-{uuid.uuid4().hex[:6]}", 1, now - 60 * NS, seed=4 + len(sent))
+        produce_requests(bootstrap, late)
+        sent.add(late[0].trace_id)
+        return any(r["trace_id"] in sent for r in request_records(bootstrap, LATE.name))
+
+    wait_until(send_then_check, 150, "a late record on infersight.late", every_s=5.0)
     wait_until(lambda: (prom_value(prom_url, "sum(infersight_late_records_total)") or 0) > before, 120,
                "the late counter to grow")
 
