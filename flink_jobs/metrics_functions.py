@@ -74,7 +74,9 @@ class WithWindowEnd(ProcessWindowFunction):
 
 
 class CumulateSeries(KeyedProcessFunction):
-    """Per series: running totals across windows -> one OTLP batch per window."""
+    """Per series: running totals across windows -> one OTLP batch per window. Late records (``end_ns``
+    None) join the running totals without a batch of their own: counters and cumulative histograms count
+    every request, only the per-window gauges and quantiles miss the late ones."""
 
     def __init__(self, window_ns: int) -> None:
         self.window_ns = window_ns
@@ -83,7 +85,11 @@ class CumulateSeries(KeyedProcessFunction):
         self.totals = runtime_context.get_state(ValueStateDescriptor("totals", Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
-        key, end_ns, stats = value
+        key, end_ns, stats = value[:3]
+        if end_ns is None:  # a late record: into the running totals, shown with the series' next window
+            totals = self.totals.value() or Cumulative(value[3] // self.window_ns * self.window_ns)
+            self.totals.update(totals.add_window(stats))
+            return
         totals = self.totals.value() or Cumulative(end_ns - self.window_ns)
         totals.add_window(stats)
         self.totals.update(totals)
@@ -157,6 +163,13 @@ def request_region(t: Any) -> str:
 
 def output_tokens(t: Any) -> tuple[str, str, float]:
     return "tokens", request_region(t), float(t[2].tokens["output"])
+
+
+def late_series(t: Any):
+    """A late ``(key, ts, record)`` -> its contribution to its series' and the roll-up's running totals."""
+    stats = WindowStats().add(t[2])
+    yield t[0], None, stats, t[2]["end_ns"]
+    yield core.global_key(t[0]), None, stats, t[2]["end_ns"]
 
 
 def record_json(t: Any) -> str:

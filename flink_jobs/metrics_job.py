@@ -3,8 +3,10 @@
 Event time is the request's end. Tumbling windows (10 s default) keyed by region, model, model version,
 track and engine; a roll-up over regions (``region="global"``) merges the regional windows' buckets
 and sketches. Watermarks allow bounded out-of-orderness; idle partitions are marked idle so they do
-not hold windows back; records later than that go to ``infersight.late`` and are counted in
-``infersight.late.records``. Pod gauges roll up per region per window; cost comes from a pricing file.
+not hold windows back; records later than that go to ``infersight.late``, are counted in
+``infersight.late.records`` and join their series' counters and cumulative histograms (not the
+per-window gauges and quantiles), so totals stay complete through outages that delay data.
+Pod gauges roll up per region per window; cost comes from a pricing file.
 Counters and histograms are cumulative per series (kept in keyed state, so checkpointed), each point
 stamped with its window's end. Sinks are transactional (exactly-once with checkpoints).
 """
@@ -71,11 +73,12 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     def byte_array():
         return Types.PRIMITIVE_ARRAY(Types.BYTE())
 
-    series_out = (regional.union(rollup).key_by(F.first, key_type=Types.STRING())
+    # ---- late records: to their topic, counted, and into the series' running totals ----
+    late = regional.get_side_output(late_tag)
+    late_totals = late.flat_map(F.late_series, output_type=pickled()).name("late-totals")
+    series_out = (regional.union(rollup, late_totals).key_by(F.first, key_type=Types.STRING())
                   .process(F.CumulateSeries(window_ns), output_type=byte_array()).name("series-metrics"))
 
-    # ---- late records: to their topic, and counted ----
-    late = regional.get_side_output(late_tag)
     late.map(F.record_json, output_type=Types.STRING()).name("late-json") \
         .sink_to(kafka_sink(brokers, LATE.name, group_id, exactly_once=exactly_once)).name(LATE.name)
     late_out = (late.key_by(F.late_region, key_type=Types.STRING())

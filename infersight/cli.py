@@ -81,6 +81,21 @@ def _print_endpoints(stack) -> None:
     print("  stop with `bin/infersight down`; state and logs in", stack.state_dir)
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from infersight.simulator import commands
+
+    return commands.simulate(args, _stack(args))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from infersight.simulator import commands
+
+    cmd_setup(args)
+    stack = _stack(args)
+    code = commands.demo(args, stack, _deploy)
+    return code
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     stack = _stack(args)
     rows = stack.status()
@@ -132,6 +147,12 @@ def cmd_test(args: argparse.Namespace) -> int:
     return subprocess.call(cmd, cwd=REPO_ROOT, env=env)
 
 
+def commands_mod():
+    from infersight.simulator import commands
+
+    return commands
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="infersight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -148,6 +169,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-port", type=int, help="lay every port out from this base (two stacks side by side)")
     p.add_argument("--no-jobs", action="store_true", help="start the services only, not the Flink jobs")
     p.set_defaults(func=cmd_up)
+    p = sub.add_parser("demo", help="the live demo: set-up, stack, jobs, a simulated 3-region fleet and a live "
+                                    "view of what the pipeline computes (Ctrl-C stops what it started)")
+    stack_opts(p)
+    commands_mod().add_fleet_options(p, rate=2000.0, day_s=600.0)
+    p.add_argument("--vllm", action="store_true", help="add the real tiny vLLM engine as one more pod")
+    p.add_argument("--keep", action="store_true", help="leave the stack running on exit")
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("simulate", help="send a simulated fleet's telemetry to the stack's regional gateways")
+    stack_opts(p)
+    commands_mod().add_fleet_options(p, rate=1000.0, day_s=86_400.0)
+    p.add_argument("--endpoint", action="append", default=[], metavar="REGION=HOST:PORT",
+                   help="a region's OTLP gRPC endpoint (default: the local stack's gateways)")
+    p.add_argument("--ledger", help="write what was sent (per series) to this JSON file")
+    p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("jobs", help="submit the Flink jobs (normalize, metrics, archive) that are not running")
     stack_opts(p)
     p.add_argument("--cancel", action="store_true", help="cancel them instead")

@@ -11,6 +11,7 @@ from typing import Any
 import requests
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from infersight.flink_jobs import submit
 from infersight.flink_jobs.otlp_requests import encode_requests
 from infersight.schemas.records import RequestRecord
 from infersight.schemas.topics import OTLP_REQUESTS
@@ -80,3 +81,38 @@ def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: f
             return last
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+class Jobs:
+    """The normalize and metrics jobs (and archive, given a root) under this test's own group ids."""
+
+    def __init__(self, stack, archive_root=None) -> None:
+        self.stack, self.layout, self.archive_root = stack, stack.layout, archive_root
+        tag = uuid.uuid4().hex[:8]
+        self.args = {
+            "infersight.flink_jobs.normalize": ["--group-id", f"test-normalize-{tag}"],
+            "infersight.flink_jobs.metrics_job": ["--group-id", f"test-metrics-{tag}"],
+        }
+        if archive_root is not None:
+            self.args["infersight.flink_jobs.archive"] = ["--group-id", f"test-archive-{tag}", "--root",
+                                                          str(archive_root), "--bucket-s", "10", "--grace-s", "1"]
+        self.ids: dict[str, str] = {}
+
+    def start(self, restore: bool = False) -> None:
+        for module, args in self.args.items():
+            path = submit.latest_checkpoint(self.layout, self.ids[module]) if restore else None
+            assert path or not restore, f"{module} has no completed checkpoint to restore from"
+            self.ids[module] = submit.submit(self.layout, module, ["--brokers", self.layout.kafka_bootstrap, *args],
+                                             restore_from=path)
+
+    def running(self) -> bool:
+        return all(submit.job_state(self.layout, j) == "RUNNING" for j in self.ids.values())
+
+    def cancel(self) -> None:
+        for job_id in self.ids.values():
+            submit.cancel(self.layout, job_id)
+        wait_until(lambda: all(submit.job_state(self.layout, j) == "CANCELED" for j in self.ids.values()), 60,
+                   "the jobs to cancel")
+
+    def checkpoints(self) -> dict[str, int]:
+        return {m: submit.checkpoint_count(self.layout, j) for m, j in self.ids.items()}

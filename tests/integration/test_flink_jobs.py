@@ -4,6 +4,7 @@ windowed output against an offline computation, late records, and SDK telemetry 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -24,6 +25,7 @@ from infersight.schemas import pipeline as P
 from infersight.schemas.records import RequestRecord
 from infersight.schemas.topics import LATE, METRICS, REQUESTS
 from tests.integration.pipeline_util import (
+    Jobs,
     produce_requests,
     prom_value,
     read_all,
@@ -34,38 +36,6 @@ from tests.integration.pipeline_util import (
 pytestmark = pytest.mark.integration
 NS = 1_000_000_000
 WINDOW_S = 10
-
-
-class Jobs:
-    def __init__(self, stack, archive_root) -> None:
-        self.stack, self.layout, self.archive_root = stack, stack.layout, archive_root
-        tag = uuid.uuid4().hex[:8]
-        self.args = {
-            "infersight.flink_jobs.normalize": ["--group-id", f"test-normalize-{tag}"],
-            "infersight.flink_jobs.metrics_job": ["--group-id", f"test-metrics-{tag}"],
-            "infersight.flink_jobs.archive": ["--group-id", f"test-archive-{tag}", "--root", str(archive_root),
-                                              "--bucket-s", "10", "--grace-s", "1"],
-        }
-        self.ids: dict[str, str] = {}
-
-    def start(self, restore: bool = False) -> None:
-        for module, args in self.args.items():
-            path = submit.latest_checkpoint(self.layout, self.ids[module]) if restore else None
-            assert path or not restore, f"{module} has no completed checkpoint to restore from"
-            self.ids[module] = submit.submit(self.layout, module, ["--brokers", self.layout.kafka_bootstrap, *args],
-                                             restore_from=path)
-
-    def running(self) -> bool:
-        return all(submit.job_state(self.layout, j) == "RUNNING" for j in self.ids.values())
-
-    def cancel(self) -> None:
-        for job_id in self.ids.values():
-            submit.cancel(self.layout, job_id)
-        wait_until(lambda: all(submit.job_state(self.layout, j) == "CANCELED" for j in self.ids.values()), 60,
-                   "the jobs to cancel")
-
-    def checkpoints(self) -> dict[str, int]:
-        return {m: submit.checkpoint_count(self.layout, j) for m, j in self.ids.items()}
 
 
 @pytest.fixture(scope="module")
@@ -254,25 +224,36 @@ def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(job
     assert abs(np.mean(list(p99.values())) - exact_global) / exact_global > 0.05
 
 
-def test_late_records_go_to_the_late_topic_and_are_counted(jobs, stack):
+def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals(jobs, stack):
     bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
     now = time.time_ns()
     produce_requests(bootstrap, batch(f"lead-{uuid.uuid4().hex[:6]}", 1, now + 60 * NS, seed=3))
     before = prom_value(prom_url, "sum(infersight_late_records_total)") or 0.0
     # The lead record moves the watermark only once the other partitions have gone idle (``--idle-s``),
-    # so a record sent before then is still on time; send a fresh one-minute-old record on every poll
-    # until one is late (the watermark never moves back, so it stays late from then on).
-    sent: set[str] = set()
+    # so a record sent before then is still on time; send a fresh one-minute-old request of one series on
+    # every poll until one is late (the watermark never moves back, so it stays late from then on).
+    model = f"late-{uuid.uuid4().hex[:6]}"
+    first = batch(model, 1, now - 60 * NS, seed=4)[0]
+    sent: list[RequestRecord] = []
 
     def send_then_check() -> bool:
-        late = batch(f"late-{uuid.uuid4().hex[:6]}", 1, now - 60 * NS, seed=4 + len(sent))
-        produce_requests(bootstrap, late)
-        sent.add(late[0].trace_id)
-        return any(r["trace_id"] in sent for r in request_records(bootstrap, LATE.name))
+        record = dataclasses.replace(first, trace_id=uuid.uuid4().hex, span_id=uuid.uuid4().hex[:16])
+        produce_requests(bootstrap, [record])
+        sent.append(record)
+        ids = {r.trace_id for r in sent}
+        return any(r["trace_id"] in ids for r in request_records(bootstrap, LATE.name))
 
     wait_until(send_then_check, 150, "a late record on infersight.late", every_s=5.0)
     wait_until(lambda: (prom_value(prom_url, "sum(infersight_late_records_total)") or 0) > before, 120,
                "the late counter to grow")
+    # the series' next on-time window carries every request in its counter, late ones included
+    on_time = dataclasses.replace(first, trace_id=uuid.uuid4().hex, span_id=uuid.uuid4().hex[:16],
+                                  start_ns=first.start_ns + 130 * NS, end_ns=first.end_ns + 130 * NS)
+    produce_requests(bootstrap, [on_time])
+    total = f'sum(infersight_requests_total{{model="{model}",region!="global"}})'
+    wait_until(flushing(Flusher(bootstrap, on_time.end_ns), lambda: prom_value(prom_url, total) == len(sent) + 1),
+               180, f"{len(sent) + 1} requests of {model} in its counter")
+    assert prom_value(prom_url, f'sum(infersight_requests_total{{model="{model}",region="global"}})') == len(sent) + 1
 
 
 def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not(jobs, stack):

@@ -1,0 +1,300 @@
+"""Whole-pipeline throughput: the fleet simulator ramps offered load through the real pipeline (3 regional
+gateways, Kafka, the normalize, metrics and archive jobs on Flink, the sink collector, Prometheus) and,
+for each step, records the load held with zero loss, freshness (request end -> its window's metric
+queryable in Prometheus) p50/p99, CPU and memory per component, and the first bottleneck.
+
+    .venv/bin/python bench/throughput.py              # full: steps of 5 min until one is not held
+    .venv/bin/python bench/throughput.py --quick      # 2 steps of 60 s (< 5 min with the stack's start)
+    .venv/bin/python bench/throughput.py --steps 1000,2000,4000 --step-s 120
+
+Starts its own stack (fresh, free ports, in a temporary folder) and stops it at the end. Writes
+bench/results/throughput.json and bench/results/throughput.png. Each step's fleet has its own model
+names, so its requests are counted apart: a step is *held* when every request the simulator's ledger
+counted is in Prometheus exactly once, the simulator kept its schedule, and freshness p99 stayed
+bounded (below --max-freshness-s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from jobs_bench import CLK_TCK, tree_ticks
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "throughput.json"
+PLOT = REPO / "bench" / "results" / "throughput.png"
+WINDOW_MS = 10_000
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process and its live descendants."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return total / 1024
+
+
+class Watcher(threading.Thread):
+    """Polls Prometheus every second: when each global window of the watched models first appears."""
+
+    def __init__(self, prom_url: str) -> None:
+        super().__init__(daemon=True)
+        self.prom_url = prom_url
+        self.models: dict[str, str] = {}  # tag -> regex of the step's models
+        self.seen: dict[str, dict[int, float]] = {}  # tag -> window end ms -> first seen (unix s)
+        self.stop_event = threading.Event()
+
+    def watch(self, tag: str) -> None:
+        self.models[tag] = f".*-{tag}"
+        self.seen[tag] = {}
+
+    def run(self) -> None:
+        from infersight.simulator.prom import query
+
+        while not self.stop_event.wait(1.0):
+            for tag, regex in list(self.models.items()):
+                try:
+                    result = query(self.prom_url, f'infersight_window_requests{{region="global",'
+                                                  f'model=~"{regex}"}}[600s]', timeout_s=5)
+                except Exception:  # noqa: BLE001 - Prometheus busy: next poll
+                    continue
+                now = time.time()
+                seen = self.seen[tag]
+                for series in result:  # one per model and track: a window is in once any of them is
+                    for ts, _value in series["values"]:
+                        seen.setdefault(round(float(ts) * 1000), now)
+
+
+def freshness(ledger, seen: dict[int, float]) -> tuple[float | None, float | None, int]:
+    """p50/p99 over requests of (its window's first appearance - its end), from the ledger's per-second
+    counts (a request is taken to end mid-second); and how many requests' windows never appeared."""
+    lags, weights, missing = [], [], 0
+    for second, n in ledger.by_second.items():
+        end = (second * 1000 // WINDOW_MS + 1) * WINDOW_MS
+        if end not in seen:
+            missing += n
+            continue
+        lags.append(seen[end] - (second + 0.5))
+        weights.append(n)
+    if not lags:
+        return None, None, missing
+    order = np.argsort(lags)
+    lag, cum = np.array(lags)[order], np.cumsum(np.array(weights)[order])
+    q = lambda p: float(lag[np.searchsorted(cum, p * cum[-1])])  # noqa: E731
+    return round(q(0.5), 2), round(q(0.99), 2), missing
+
+
+def counted(prom_url: str, tag: str) -> int:
+    from infersight.simulator.prom import query
+
+    result = query(prom_url, f'sum(infersight_requests_total{{region!="global",model=~".*-{tag}"}})')
+    return int(float(result[0]["value"][1])) if result else 0
+
+
+def fleet(tag: str, rate: float):
+    from infersight.simulator.fleet import DEFAULT_MODELS, FleetSpec
+
+    return FleetSpec(rate_rps=rate, models=tuple(dataclasses.replace(m, name=f"{m.name}-{tag}")
+                                                 for m in DEFAULT_MODELS), diurnal_amplitude=0.0)
+
+
+def cpu_sample(pids: dict[str, int]) -> dict[str, tuple[int, float]]:
+    return {name: (tree_ticks(pid), rss_mib(pid)) for name, pid in pids.items()}
+
+
+def run_step(stack, watcher: Watcher, rate: float, step_s: float, pids: dict[str, int]) -> dict[str, Any]:
+    from infersight.simulator.commands import endpoints_of
+    from infersight.simulator.run import Simulator
+
+    tag = uuid.uuid4().hex[:6]
+    watcher.watch(tag)
+    sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=int(rate)).start()
+    me = os.getpid()
+    before, sim_before, t0 = cpu_sample(pids), tree_ticks(me), time.monotonic()
+    peak_rss: dict[str, float] = {}
+    behind = 0.0
+    while time.monotonic() - t0 < step_s:
+        time.sleep(2.0)
+        behind = max(behind, sim.behind_s)
+        for name, (_, rss) in cpu_sample(pids).items():
+            peak_rss[name] = max(peak_rss.get(name, 0.0), rss)
+    after, sim_after, wall = cpu_sample(pids), tree_ticks(me), time.monotonic() - t0
+    delivered = sim.stop(flush_s=60)
+    cpu = {name: round((after[name][0] - before[name][0]) / CLK_TCK / wall, 3) for name in pids}
+    cpu["simulator+bench"] = round((sim_after - sim_before) / CLK_TCK / wall, 3)
+    return {"tag": tag, "offered_rps": rate, "ledger": sim.ledger, "wall_s": wall, "delivered": delivered,
+            "achieved_rps": round(sim.ledger.total / wall, 1), "max_behind_s": round(behind, 2),
+            "cpu_cores": cpu, "peak_rss_mib": {k: round(v) for k, v in peak_rss.items()}}
+
+
+def settle(prom_url: str, steps: list[dict[str, Any]], keepalive, timeout_s: float) -> None:
+    """Wait (traffic still flowing from ``keepalive``) until every step's count stops changing."""
+    deadline, last, stable_since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = [counted(prom_url, s["tag"]) for s in steps]
+        if all(n == s["ledger"].total for n, s in zip(now, steps, strict=True)):
+            return
+        if now != last:
+            last, stable_since = now, time.monotonic()
+        elif time.monotonic() - stable_since > 60:
+            return  # nothing moved for a minute: what is missing is lost
+        time.sleep(3)
+    del keepalive
+
+
+def bottleneck(step: dict[str, Any], cores: int) -> str:
+    if step["max_behind_s"] > 2.0:
+        return "simulator (could not offer the load on schedule)"
+    top = max(step["cpu_cores"].items(), key=lambda kv: kv[1])
+    busy = sum(step["cpu_cores"].values())
+    if busy > 0.9 * cores:
+        return f"CPU: the machine's {cores} cores are busy ({busy:.2f}); largest share {top[0]} ({top[1]:.2f})"
+    return f"largest CPU share {top[0]} ({top[1]:.2f} cores)"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = [r["offered_rps"] for r in rows]
+    ax.plot(x, [r["counted_rps"] for r in rows], "o-", label="counted requests/s (in Prometheus)")
+    ax.plot(x, x, ":", color="grey", label="offered")
+    ax.set_xlabel("offered requests/s")
+    ax.set_ylabel("requests/s")
+    ax2 = ax.twinx()
+    ax2.plot(x, [r["freshness_p99_s"] or float("nan") for r in rows], "s--", color="tab:red",
+             label="freshness p99 (s)")
+    ax2.plot(x, [r["freshness_p50_s"] or float("nan") for r in rows], "^--", color="tab:orange",
+             label="freshness p50 (s)")
+    ax2.set_ylabel("seconds from request end to Prometheus")
+    for r in rows:
+        if not r["held"]:
+            ax.annotate("not held", (r["offered_rps"], r["counted_rps"]), textcoords="offset points", xytext=(0, 8))
+    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8)
+    ax.set_title("infersight whole pipeline on one machine: throughput vs freshness")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="two steps of 60 s")
+    parser.add_argument("--steps", help="offered requests/s per step, comma-separated")
+    parser.add_argument("--step-s", type=float, help="seconds per step (default 300; quick 60)")
+    parser.add_argument("--max-freshness-s", type=float, default=60.0)
+    parser.add_argument("--all-steps", action="store_true", help="do not stop at the first step not held")
+    args = parser.parse_args()
+    steps = [float(s) for s in (args.steps or ("500,1500" if args.quick else "1000,2000,3000,4000,6000,8000,10000"))
+             .split(",")]
+    step_s = args.step_s or (60.0 if args.quick else 300.0)
+
+    from infersight.flink_jobs import deploy
+    from infersight.simulator.commands import endpoints_of
+    from infersight.simulator.run import Simulator
+    from infersight.stack import setup
+    from infersight.stack.ports import PortPlan
+    from infersight.stack.supervisor import Stack
+
+    started = time.monotonic()
+    setup.ensure_all()
+    state = Path(tempfile.mkdtemp(prefix="infersight-throughput-"))
+    stack = Stack(state, PortPlan.free(), log=lambda _: None)
+    rows: list[dict[str, Any]] = []
+    try:
+        stack.up()
+        deploy.deploy(stack.layout, state / "archive", log=lambda m: print(m, flush=True))
+        pids = stack.running_components()
+        watcher = Watcher(stack.layout.prometheus_url)
+        watcher.start()
+        # a little traffic first so the jobs are warm and windows flow before the first step counts
+        warm = Simulator(fleet("warm" + uuid.uuid4().hex[:4], 100), endpoints_of(stack), seed=1).start()
+        time.sleep(20)
+        warm.stop()
+        done: list[dict[str, Any]] = []
+        for rate in steps:
+            print(f"[throughput] step {rate:,.0f} requests/s for {step_s:.0f} s", flush=True)
+            step = run_step(stack, watcher, rate, step_s, pids)
+            done.append(step)
+            # the next step's traffic closes this step's windows; judge the step once they are in
+            keep = Simulator(fleet("keep" + uuid.uuid4().hex[:4], 50), endpoints_of(stack), seed=2).start()
+            settle(stack.layout.prometheus_url, [step], keep, timeout_s=max(120.0, step_s))
+            keep.stop()
+            row = judge(stack.layout.prometheus_url, watcher, step, args.max_freshness_s)
+            rows.append(row)
+            print(f"[throughput] {json.dumps({k: v for k, v in row.items() if k != 'cpu_cores'})}", flush=True)
+            if not row["held"] and not args.all_steps:
+                break
+        watcher.stop_event.set()
+    finally:
+        stack.down(wipe=True)
+    held = [r for r in rows if r["held"]]
+    best = max(held, key=lambda r: r["offered_rps"]) if held else None
+    first_not_held = next((r for r in rows if not r["held"]), None)
+    result = {
+        "sustained_rps": best["counted_rps"] if best else 0.0,
+        "sustained_offered_rps": best["offered_rps"] if best else 0.0,
+        "sustained_minutes": round(best["wall_s"] / 60, 2) if best else 0.0,
+        "lost_requests": best["lost_requests"] if best else None,
+        "double_counted_requests": best["double_counted_requests"] if best else None,
+        "freshness_p50_s": best["freshness_p50_s"] if best else None,
+        "freshness_p99_s": best["freshness_p99_s"] if best else None,
+        "first_bottleneck": first_not_held["bottleneck"] if first_not_held else (rows[-1]["bottleneck"] if rows
+                                                                                  else None),
+        "steps": rows,
+        "quick": args.quick,
+        "wall_s": round(time.monotonic() - started, 1),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": shlex.join(["bench/throughput.py", *sys.argv[1:]]),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    if rows:
+        plot(rows, PLOT)
+    print(json.dumps({k: v for k, v in result.items() if k != "steps"}, indent=2))
+
+
+def judge(prom_url: str, watcher: Watcher, step: dict[str, Any], max_freshness_s: float) -> dict[str, Any]:
+    ledger = step["ledger"]
+    n = counted(prom_url, step["tag"])
+    p50, p99, missing = freshness(ledger, watcher.seen[step["tag"]])
+    lost, double = max(0, ledger.total - n), max(0, n - ledger.total)
+    held = (lost == 0 and double == 0 and step["delivered"] and step["max_behind_s"] <= 2.0
+            and p99 is not None and p99 <= max_freshness_s)
+    row = {"offered_rps": step["offered_rps"], "achieved_rps": step["achieved_rps"],
+           "counted_rps": round(n / step["wall_s"], 1), "sent": ledger.total, "counted": n, "lost_requests": lost,
+           "double_counted_requests": double, "freshness_p50_s": p50, "freshness_p99_s": p99,
+           "requests_in_windows_never_seen": missing, "wall_s": round(step["wall_s"], 1),
+           "max_behind_s": step["max_behind_s"], "held": held, "cpu_cores": step["cpu_cores"],
+           "peak_rss_mib": step["peak_rss_mib"]}
+    row["bottleneck"] = bottleneck(step, os.cpu_count() or 2)
+    return row
+
+
+if __name__ == "__main__":
+    main()

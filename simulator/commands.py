@@ -1,0 +1,127 @@
+"""``infersight simulate`` and ``infersight demo``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+import time
+
+from infersight.simulator.fleet import FleetSpec, Perturbation
+
+# The demo's story: a canary regression on the busiest model after 3 minutes, a slow region after 7.
+DEMO_PERTURBATIONS = (
+    Perturbation("canary_regression", at_s=180, duration_s=120, magnitude=2.5, model="llama-3.1-8b-instruct"),
+    Perturbation("slow", at_s=420, duration_s=120, magnitude=2.0, region="ap-southeast-1"),
+)
+
+
+def add_fleet_options(p: argparse.ArgumentParser, rate: float, day_s: float) -> None:
+    p.add_argument("--rate", type=float, default=rate, help="mean requests/s over the fleet (default %(default)s)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--scenario", help="fleet JSON (any FleetSpec field: regions, models, perturbations, ...)")
+    p.add_argument("--day-s", type=float, default=day_s, help="length of the simulated day (diurnal curve)")
+    p.add_argument("--sample-ratio", type=float, default=None, help="share of traces kept whole (default 0.01)")
+    p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
+
+
+def fleet_spec(args: argparse.Namespace, perturbations: tuple[Perturbation, ...] = ()) -> FleetSpec:
+    overrides = {"rate_rps": args.rate, "day_s": args.day_s, "sample_ratio": args.sample_ratio}
+    if args.scenario:
+        return FleetSpec.from_json(args.scenario, **overrides)
+    return FleetSpec(**{k: v for k, v in overrides.items() if v is not None}, perturbations=perturbations)
+
+
+def endpoints_of(stack) -> dict[str, str]:
+    lay = stack.layout
+    return {r: lay.otlp_endpoint(r, "grpc").removeprefix("http://") for r in lay.regions}
+
+
+def _progress_line(p) -> str:
+    behind = f", {p.behind_s:.1f} s behind schedule" if p.behind_s > 0.5 else ""
+    return (f"[simulate] {p.elapsed_s:6.0f} s  sent {p.sent:>10,}  offered {p.rate_rps:,.0f}/s  "
+            f"achieved {p.achieved_rps:,.0f}/s  exports queued {p.backlog}  retries {p.retries}{behind}")
+
+
+def simulate(args: argparse.Namespace, stack) -> int:
+    if args.endpoint:
+        endpoints = dict(e.split("=", 1) for e in args.endpoint)
+    else:
+        if not stack.running_components():
+            from infersight.stack.errors import StackError
+            raise StackError(f"stack '{stack.state_dir.name}' is not running",
+                             "start it with `bin/infersight up`, or pass --endpoint REGION=HOST:PORT")
+        endpoints = endpoints_of(stack)
+    from infersight.simulator.run import Simulator
+
+    spec = fleet_spec(args)
+    sim = Simulator(spec, endpoints, seed=args.seed)
+    print(f"[simulate] {len(sim.fleet.pods)} pods in {len(spec.regions)} regions, {len(spec.models)} models; "
+          f"{spec.rate_rps:,.0f} requests/s; Ctrl-C stops", flush=True)
+    thread = threading.Thread(target=sim.run, kwargs={"duration_s": args.duration, "every_s": 5.0,
+                                                      "on_progress": lambda p: print(_progress_line(p), flush=True)},
+                              daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.5)
+    except KeyboardInterrupt:
+        print("\n[simulate] stopping", flush=True)
+    delivered = sim.stop()
+    print(f"[simulate] sent {sim.ledger.total:,} requests ({sum(sim.ledger.errors.values()):,} errors); "
+          f"all acknowledged: {delivered}", flush=True)
+    if args.ledger:
+        sim.ledger.save(args.ledger)
+        print(f"[simulate] ledger in {args.ledger}")
+    return 0 if delivered else 1
+
+
+def demo(args: argparse.Namespace, stack, deploy) -> int:
+    """Stack (if not running), jobs (those not running), simulator, live view; Ctrl-C stops what it started."""
+    from infersight.simulator import view
+    from infersight.simulator.run import Simulator
+
+    started_stack = not stack.running_components()
+    if started_stack:
+        print(f"[demo] starting the stack in {stack.state_dir} ...", flush=True)
+        stack.up()
+    print("[demo] submitting the Flink jobs ...", flush=True)
+    deploy(stack)
+    spec = fleet_spec(args, DEMO_PERTURBATIONS)
+    sim = Simulator(spec, endpoints_of(stack), seed=args.seed).start()
+    pod = None
+    if args.vllm:
+        from infersight.simulator.vllm_pod import VllmPod
+
+        region = stack.layout.regions[0]
+        print(f"[demo] starting the tiny vLLM engine as a pod in {region} (a minute or two on CPU) ...", flush=True)
+        pod = VllmPod(stack.state_dir / "vllm-pod", stack.layout.otlp_endpoint(region), region).start()
+    started = time.monotonic()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def status() -> str:
+        p = sim.progress()
+        line = (f"simulator: {p.sent:,} requests sent, offering {p.rate_rps:,.0f}/s, {len(sim.fleet.pods)} pods  "
+                f"| {time.monotonic() - started:.0f} s  | Ctrl-C stops")
+        if pod is not None:
+            line += f"\nvLLM pod: {pod.served} requests served ({pod.failed} failed)"
+        active = [f"{x.kind} {x.region or x.model}" for x in spec.perturbations if x.active(p.elapsed_s)]
+        return line + (f"\nfaults now: {', '.join(active)}" if active else "")
+
+    deadline = None if args.duration is None else started + args.duration
+    try:
+        view.live(stack.layout.prometheus_url, status,
+                  until=lambda: stop.is_set() or (deadline is not None and time.monotonic() >= deadline))
+    except KeyboardInterrupt:
+        pass
+    print("\n[demo] stopping ...", flush=True)
+    if pod is not None:
+        pod.stop()
+    sim.stop(flush_s=30)
+    if started_stack and not args.keep:
+        stack.down()
+        print("[demo] stack stopped (its data is kept; `bin/infersight down --wipe` removes it)")
+    else:
+        print("[demo] the stack keeps running (`bin/infersight down` stops it)")
+    return 0

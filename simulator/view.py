@@ -1,0 +1,107 @@
+"""The live terminal view: per region and model, what an on-call SRE looks at first, straight from
+Prometheus (so it shows what the pipeline computed, not what the simulator meant to send)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from infersight.schemas import pipeline as P
+from infersight.simulator.prom import query
+
+_RATE = "1m"
+QUERIES = {
+    "rps": f"sum by (region, model) (rate(infersight_requests_total[{_RATE}]))",
+    "errors": f"sum by (region, model) (rate(infersight_request_errors_total[{_RATE}]))",
+    "ttft_p99": "histogram_quantile(0.99, sum by (region, model, le) "
+                f"(rate(gen_ai_server_time_to_first_token_seconds_bucket[{_RATE}])))",
+    "itl_p99": "histogram_quantile(0.99, sum by (region, model, le) "
+               f"(rate(infersight_server_inter_token_latency_p99_seconds_bucket[{_RATE}])))",
+}
+REGION_QUERIES = {
+    "queue": 'sum by (region) (infersight_region_infersight_server_queue_depth{stat="sum"})',
+    "kv": 'max by (region) (infersight_region_infersight_server_kv_cache_usage{stat="mean"})',
+    "usd_per_1m": "max by (region) (infersight_cost_usd_per_1m_output_tokens)",
+    "freshness_s": "time() - max by (region) (timestamp(infersight_window_requests))",
+}
+
+
+@dataclass
+class Snapshot:
+    rows: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    regions: dict[str, dict[str, float]] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def total_rps(self) -> float:
+        return sum(r.get("rps", 0.0) for (region, _), r in self.rows.items() if region != P.GLOBAL_REGION)
+
+
+def snapshot(prom_url: str) -> Snapshot:
+    snap = Snapshot()
+    try:
+        for name, promql in QUERIES.items():
+            for series in query(prom_url, promql):
+                key = (series["metric"].get("region", "?"), series["metric"].get("model", "?"))
+                snap.rows.setdefault(key, {})[name] = float(series["value"][1])
+        for name, promql in REGION_QUERIES.items():
+            for series in query(prom_url, promql):
+                snap.regions.setdefault(series["metric"].get("region", "?"), {})[name] = float(series["value"][1])
+    except Exception as exc:  # noqa: BLE001 - the view keeps going while Prometheus restarts
+        snap.error = f"{type(exc).__name__}: {exc}"
+    return snap
+
+
+def _fmt(value: float | None, unit: str = "", scale: float = 1.0, digits: int = 0) -> str:
+    if value is None or math.isnan(value) or math.isinf(value):
+        return "-"
+    return f"{value * scale:,.{digits}f}{unit}"
+
+
+def table(snap: Snapshot, prom_url: str, status: str = "") -> Table:
+    t = Table(title=f"infersight live — Prometheus {prom_url}", caption=status or None, caption_justify="left")
+    for name, justify in (("region", "left"), ("model", "left"), ("req/s", "right"), ("TTFT p99", "right"),
+                          ("ITL p99", "right"), ("errors", "right"), ("queue", "right"), ("KV cache", "right"),
+                          ("$/1M tok", "right"), ("fresh", "right")):
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    order = sorted(snap.rows, key=lambda k: (k[0] == P.GLOBAL_REGION, k[0], k[1]))
+    last_region = None
+    for region, model in order:
+        r = snap.rows[(region, model)]
+        g = snap.regions.get(region, {}) if region != last_region else {}
+        rps = r.get("rps")
+        err = r.get("errors", 0.0) / rps if rps else None
+        t.add_row(region if region != last_region else "", model, _fmt(rps, digits=0),
+                  _fmt(r.get("ttft_p99"), " ms", 1000), _fmt(r.get("itl_p99"), " ms", 1000, 1),
+                  _fmt(err, " %", 100, 2), _fmt(g.get("queue")), _fmt(g.get("kv"), " %", 100),
+                  _fmt(g.get("usd_per_1m"), "", 1, 2), _fmt(g.get("freshness_s"), " s"),
+                  end_section=False)
+        last_region = region
+    if snap.error:
+        t.caption = f"[red]{snap.error}[/red]" + (f"\n{status}" if status else "")
+    return t
+
+
+def live(prom_url: str, status: Callable[[], str] = lambda: "", refresh_s: float = 2.0,
+         until: Callable[[], bool] = lambda: False, console: Console | None = None) -> None:
+    """Refresh the table until ``until()`` or Ctrl-C; without a terminal, print it every 15 s instead."""
+    console = console or Console()
+    if not console.is_terminal:
+        while not until():
+            console.print(table(snapshot(prom_url), prom_url, status()))
+            for _ in range(int(15 / 0.5)):
+                if until():
+                    return
+                time.sleep(0.5)
+        return
+    with Live(table(snapshot(prom_url), prom_url, status()), console=console, refresh_per_second=1,
+              screen=False) as view:
+        while not until():
+            time.sleep(refresh_s)
+            view.update(table(snapshot(prom_url), prom_url, status()))
