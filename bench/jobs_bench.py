@@ -145,10 +145,11 @@ def end_offsets(bootstrap: str, topic: str, commit_for: str | None = None) -> di
 
 
 def committed_count(bootstrap: str, topic: str, start: dict[int, tuple[int, int]] | None = None) -> int:
-    """Records a read_committed consumer sees in ``topic`` now, from the ``high`` offsets of ``start``
-    (as ``end_offsets`` returned them) or from the beginning. Offsets are not records: they also count
-    transaction markers."""
+    """Request records (in the batches of ``infersight.requests``) a read_committed consumer sees in ``topic``
+    now, from the ``high`` offsets of ``start`` (as ``end_offsets`` returned them) or from the beginning."""
     from confluent_kafka import Consumer, TopicPartition
+
+    from infersight.schemas.records import parse_batch
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
@@ -160,7 +161,7 @@ def committed_count(bootstrap: str, topic: str, start: dict[int, tuple[int, int]
         count, idle = 0, 0
         while idle < 2:  # two empty 1-s polls in a row: everything committed has been read
             batch = consumer.consume(num_messages=10_000, timeout=1.0)
-            count += sum(1 for m in batch if m.error() is None)
+            count += sum(len(parse_batch(m.value())) for m in batch if m.error() is None)
             idle = 0 if batch else idle + 1
     finally:
         consumer.close()
@@ -200,8 +201,8 @@ class Counter:
     worker starts or back-pressures), plus optional extras of the same vertex."""
 
     base: str
-    vertex: str  # the start of the vertex's name: "Source: otlp_in" (normalize), "regional-windows" (metrics)
-    metric: str  # e.g. "Timestamps/Watermarks.numRecordsOut": requests out of normalize's Python operator
+    vertex: str  # the start of the vertex's name: "Source: otlp_in" (normalize), "Source: requests" (metrics)
+    metric: str  # e.g. "records": the requests counter of normalize's and the metrics job's Python operators
     also: tuple[str, ...] = ()  # further metrics of the same vertex, sampled alongside
     url: str | None = field(default=None, init=False)
     names: list[str] = field(default_factory=list, init=False)
@@ -214,8 +215,11 @@ class Counter:
                 return None
             vurl = f"{self.base}/vertices/{vertex['id']}/subtasks/metrics"
             ids = {m["id"] for m in rest(vurl)}
-            if self.metric not in ids:
+            # user metrics carry their (chained) operator's name: "normalize__Extract-Timestamp.records"
+            metric = next((i for i in sorted(ids) if i == self.metric or i.endswith("." + self.metric)), None)
+            if metric is None:
                 return None  # the task is still starting
+            self.metric = metric
             # Extras are optional: an operator renamed or chained differently must not stop the bench.
             self.also = tuple(a for a in self.also if a in ids)
             self.names = [self.metric, *self.also]
@@ -328,12 +332,12 @@ def run_jobs(state_dir: Path, requests: int, stable_s: float, max_s: float) -> d
         # Only the trace topic: pod metrics others write to infersight.otlp.metrics are not this backlog.
         normalize = measure(layout, "infersight.flink_jobs.normalize", f"bench-normalize-{tag}",
                             ["--source-topics", OTLP_REQUESTS.name],
-                            lambda jid: Counter(base + jid, "Source: otlp_in", "Timestamps/Watermarks.numRecordsOut",
+                            lambda jid: Counter(base + jid, "Source: otlp_in", "records",
                                                 ("Source__otlp_in[1].numRecordsOut",)),
                             requests, pids, stable_s, max_s)
         # metrics reads what normalize committed in this run.
         metrics = measure(layout, "infersight.flink_jobs.metrics_job", f"bench-metrics-{tag}", [],
-                          lambda jid: Counter(base + jid, "regional-windows", "regional-windows.numRecordsIn"),
+                          lambda jid: Counter(base + jid, "Source: requests", "pre-aggregate.records"),
                           committed_count(layout.kafka_bootstrap, REQUESTS.name, start),
                           pids, stable_s, max_s)
     finally:

@@ -3,7 +3,6 @@ job module runs as ``__main__`` under ``flink run``."""
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from typing import Any
@@ -14,6 +13,7 @@ from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from infersight.flink_jobs import archive_core as core
+from infersight.schemas.records import parse_batch
 
 log = logging.getLogger(__name__)
 SEP = "\x1f"  # key = region SEP bucket start ms
@@ -29,20 +29,32 @@ def split_key(key: str) -> tuple[str, int]:
 
 
 class ParseRecord(FlatMapFunction):
-    """JSON record -> ``(bucket key, event time ms, record)``; an unparsable one is logged and dropped so it
-    cannot crash-loop the job (the normaliser only emits validated records)."""
+    """A batch of JSON records -> one ``(bucket key, event time ms, records)`` per region and bucket in it; an
+    unparsable batch or record is logged and dropped so it cannot crash-loop the job (the normaliser
+    only emits validated records)."""
 
     def __init__(self, bucket_ms: int) -> None:
         self.bucket_ms = core.check_bucket_ms(bucket_ms)
 
     def flat_map(self, value: str):
         try:
-            record = json.loads(value)
-            end_ns, region = int(record["end_ns"]), str(record["region"])
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("archive: dropping unparsable record (%s): %.200s", exc, value)
+            records = parse_batch(value)
+        except ValueError as exc:
+            log.warning("archive: dropping unparsable batch (%s): %.200s", exc, value)
             return
-        yield bucket_key(region, core.bucket_of(end_ns, self.bucket_ms)), end_ns // core.MS, record
+        groups: dict[str, tuple[int, list]] = {}
+        for record in records:
+            try:
+                end_ns, region = int(record["end_ns"]), str(record["region"])
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("archive: dropping unparsable record (%s): %.200s", exc, record)
+                continue
+            key = bucket_key(region, core.bucket_of(end_ns, self.bucket_ms))
+            last, rows = groups.get(key, (0, []))
+            rows.append(record)
+            groups[key] = (max(last, end_ns // core.MS), rows)
+        for key, (last_ms, rows) in groups.items():
+            yield key, last_ms, rows
 
 
 def first(t: Any) -> Any:
@@ -66,14 +78,14 @@ class ArchiveBuckets(KeyedProcessFunction):
         self.run = uuid.uuid4().hex  # not checkpointed: tells this run's flushes from restored ones
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
-        self.rows.add(value[2])
+        self.rows.add(value[2])  # a list of rows: one state entry per batch
         _, bucket = split_key(ctx.get_current_key())
         due = bucket + self.bucket_ms + self.grace_ms
         # A late row's bucket timer already fired: ask for the next watermark (same-time timers are deduplicated).
         ctx.timer_service().register_event_time_timer(max(due, ctx.timer_service().current_watermark() + 1))
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
-        rows = list(self.rows.get() or ())
+        rows = [row for batch in (self.rows.get() or ()) for row in batch]
         if not rows:  # an earlier timer of this key already flushed them
             return
         region, bucket = split_key(ctx.get_current_key())

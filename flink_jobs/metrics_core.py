@@ -23,6 +23,31 @@ def series_key(record: dict[str, Any]) -> str:
                         record.get("track") or "stable", record.get("engine") or "custom"))
 
 
+def window_end_ms(end_ms: int, window_ms: int) -> int:
+    """End of the tumbling event-time window (aligned to the epoch, as Flink's) holding ``end_ms``."""
+    return (end_ms // window_ms + 1) * window_ms
+
+
+def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
+                ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], list[dict[str, Any]]]:
+    """One batch of records -> ``{(series key, window end ms): records}`` and the late ones: those whose
+    window has already fired at this watermark (Flink's rule: window end - 1 <= watermark)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    late: list[dict[str, Any]] = []
+    for record in records:
+        end = (record["end_ns"] // MS // window_ms + 1) * window_ms
+        if end - 1 <= watermark_ms:
+            late.append(record)
+            continue
+        key = (series_key(record), end)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [record]
+        else:
+            group.append(record)
+    return groups, late
+
+
 def global_key(key: str) -> str:
     """The roll-up key: the same series with the region replaced by ``global``."""
     return P.GLOBAL_REGION + key[key.index("\x1f"):]

@@ -62,11 +62,11 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
     # ---- requests: regional windows, roll-up, cumulative series ----
     late_tag = OutputTag("late", pickled())
-    requests = source(REQUESTS.name, "requests").map(F.parse_request, output_type=pickled()).name("parse-requests")
-    regional = (requests.key_by(F.first, key_type=Types.STRING()).window(windows())
-                .side_output_late_data(late_tag)
-                .process(F.StatsFromRecords(), output_type=pickled())
-                .name("regional-windows"))
+    groups = (source(REQUESTS.name, "requests")
+              .process(F.PreAggregate(window_ms, OutputTag("late", pickled())), output_type=pickled())
+              .name("pre-aggregate"))
+    regional = (groups.key_by(F.first, key_type=Types.STRING())
+                .process(F.WindowRecords(), output_type=pickled()).name("regional-windows"))
     rollup = (regional.key_by(F.global_key_of, key_type=Types.STRING()).window(windows())
               .aggregate(F.MergeAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
               .name("global-rollup"))
@@ -74,7 +74,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
         return Types.PRIMITIVE_ARRAY(Types.BYTE())
 
     # ---- late records: to their topic, counted, and into the series' running totals ----
-    late = regional.get_side_output(late_tag)
+    late = groups.get_side_output(late_tag)
     late_totals = late.flat_map(F.late_series, output_type=pickled()).name("late-totals")
     series_out = (regional.union(rollup, late_totals).key_by(F.first, key_type=Types.STRING())
                   .process(F.CumulateSeries(window_ns), output_type=byte_array()).name("series-metrics"))

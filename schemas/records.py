@@ -63,6 +63,15 @@ RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 _REQUIRED = ("trace_id", "region", "model", "start_ns", "end_ns", "e2e_s")
 
 
+def parse_batch(value: str | bytes) -> list[dict[str, Any]]:
+    """The records of one ``infersight.requests`` message: a JSON array of records (one object is read
+    as a batch of one)."""
+    import orjson  # the pipeline extra's; the instrumentation alone never reads batches
+
+    parsed = orjson.loads(value)
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
 def unique_requests(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Each request once. A request delivered twice upstream (a gateway re-sending a batch after a
     restart: the pod-to-Kafka leg is at least once) becomes identical records with the same trace and

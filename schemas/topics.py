@@ -49,9 +49,11 @@ OTLP_METRICS = Topic(
     description="Pod metrics (queue depth, KV-cache use, GPU gauges) from every region.",
 )
 REQUESTS = Topic(
-    "infersight.requests", "per-request record (JSON)", "none",
+    "infersight.requests", "JSON array of per-request records", "none",
     partitions=3, retention_ms=7 * DAY_MS, producer="flink normalize job",
-    description="One normalised record per inference request.",
+    description="The normalised records of one OTLP export per message (a batch: PyFlink pays per "
+                "element, not per request); the message timestamp is the batch's latest request end. "
+                "Read with schemas.records.parse_batch.",
 )
 PODS = Topic(
     "infersight.pods", "per-pod gauge record (JSON)", "region",

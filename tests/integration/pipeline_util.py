@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -13,7 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from infersight.flink_jobs import submit
 from infersight.flink_jobs.otlp_requests import encode_requests
-from infersight.schemas.records import RequestRecord
+from infersight.schemas.records import RequestRecord, parse_batch
 from infersight.schemas.topics import OTLP_REQUESTS
 
 
@@ -58,7 +57,8 @@ def read_all(bootstrap: str, topic: str, committed: bool = True, idle_s: float =
 
 
 def request_records(bootstrap: str, topic: str, committed: bool = True) -> list[dict[str, Any]]:
-    return [json.loads(m.value()) for m in read_all(bootstrap, topic, committed)]
+    """The records on ``topic``: batches (``infersight.requests``) or one per message (``infersight.late``)."""
+    return [r for m in read_all(bootstrap, topic, committed) for r in parse_batch(m.value())]
 
 
 def prom(url: str, query: str) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from infersight.flink_jobs.sample_requests import sample_records
 from infersight.instrumentation import Instrumentation
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
-from infersight.schemas.records import RequestRecord
+from infersight.schemas.records import RequestRecord, parse_batch
 from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS
 from tests.bad_telemetry import KINDS, NOW, bad_payload, make_payload, make_span
 
@@ -30,10 +30,13 @@ from tests.bad_telemetry import KINDS, NOW, bad_payload, make_payload, make_span
 def run(payload: bytes) -> tuple[list[dict], list[dict]]:
     now = time.time_ns()  # the normaliser's clock when it runs (tests may run long after import)
     out = list(normalize(OTLP_REQUESTS.name, 1, 42, payload, now))
-    records = [json.loads(v) for t, v, _ in out if t == REQUESTS.name]
+    batches = [(parse_batch(v), ms) for t, v, ms in out if t == REQUESTS.name]
+    assert len(batches) <= 1  # one batch per input record
+    records = [r for batch, _ in batches for r in batch]
     dead = [json.loads(v) for t, v, _ in out if t == DLQ.name]
-    # event time (the output's Kafka timestamp): the request's end; a dead letter's: when it was seen
-    assert all(ms == (json.loads(v)["end_ns"] if t == REQUESTS.name else now) // 1_000_000 for t, v, ms in out)
+    # event time (the output's Kafka timestamp): the batch's latest request end; a dead letter's: when seen
+    assert all(ms == max(r["end_ns"] for r in batch) // 1_000_000 for batch, ms in batches)
+    assert all(ms == now // 1_000_000 for t, _, ms in out if t == DLQ.name)
     return records, dead
 
 

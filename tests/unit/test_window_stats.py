@@ -116,3 +116,23 @@ def test_a_request_delivered_twice_counts_once_in_its_window():
         assert dist.counts == once.dists[field].counts, field
     no_ids = [{**r, "span_id": ""} for r in recs[:10]]
     assert window_of(no_ids + no_ids).requests == 20  # without span ids nothing is a copy
+
+
+def test_a_batch_groups_by_series_and_window_and_late_records_are_set_apart():
+    from infersight.flink_jobs import metrics_core as core
+
+    def rec(region: str, end_ms: int, track: str = "stable") -> dict:
+        return {"region": region, "model": "m", "model_version": "v1", "track": track, "engine": "vllm",
+                "end_ns": end_ms * 1_000_000}
+
+    batch = [rec("a", 10_500), rec("a", 19_999), rec("a", 20_000), rec("b", 10_001), rec("a", 15_000, "canary"),
+             rec("a", 9_999), rec("b", 5_000)]
+    groups, late = core.group_batch(batch, 10_000, watermark_ms=9_999)
+    assert late == [batch[5], batch[6]]  # their window [0, 10 s) fires at watermark 9,999
+    key_a, key_b = core.series_key(batch[0]), core.series_key(batch[3])
+    assert groups[(key_a, 20_000)] == [batch[0], batch[1]]
+    assert groups[(key_a, 30_000)] == [batch[2]]
+    assert groups[(key_b, 20_000)] == [batch[3]]
+    assert groups[(core.series_key(batch[4]), 20_000)] == [batch[4]]
+    assert sum(map(len, groups.values())) + len(late) == len(batch)
+    assert core.window_end_ms(19_999, 10_000) == 20_000 and core.window_end_ms(20_000, 10_000) == 30_000
