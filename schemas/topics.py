@@ -39,7 +39,7 @@ OTLP_SPANS = Topic(
 )
 OTLP_REQUESTS = Topic(
     "infersight.otlp.requests", "OTLP ExportTraceServiceRequest (protobuf), request-level spans only",
-    "trace id", partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
+    "none (one record per gateway batch)", partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
     description="Only the spans that describe a whole request (our root span, vLLM's llm_request, "
                 "Triton's request spans): what the normalize job reads. See DESIGN.md for why.",
 )

@@ -79,6 +79,8 @@ def test_gateway_writes_the_contract_topics_keyed_by_trace():
     assert spans["traces"]["topic"] == OTLP_SPANS.name
     assert metrics["metrics"]["topic"] == OTLP_METRICS.name
     assert spans["partition_traces_by_id"] is True
+    # request-level spans: one Kafka record per batch (the jobs pay per record, a request is one span)
+    assert cfg["exporters"]["kafka/requests"]["partition_traces_by_id"] is False
     for exporter in (spans, metrics):
         assert exporter["traces" if exporter is spans else "metrics"]["encoding"] == "otlp_proto"
         assert exporter["sending_queue"]["storage"] == "file_storage/queue"  # durable
