@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the live demo: set-up, stack, jobs, a simulated 3-region fleet and a live "
                                     "view of what the pipeline computes (Ctrl-C stops what it started)")
     stack_opts(p)
-    commands_mod().add_fleet_options(p, rate=2000.0, day_s=600.0)
+    commands_mod().add_fleet_options(p, rate=1000.0, day_s=600.0)
     p.add_argument("--vllm", action="store_true", help="add the real tiny vLLM engine as one more pod")
     p.add_argument("--keep", action="store_true", help="leave the stack running on exit")
     p.set_defaults(func=cmd_demo)

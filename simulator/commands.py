@@ -76,7 +76,7 @@ def simulate(args: argparse.Namespace, stack) -> int:
     return 0 if delivered else 1
 
 
-def demo(args: argparse.Namespace, stack, deploy) -> int:
+def demo(args: argparse.Namespace, stack, deploy, console=None) -> int:
     """Stack (if not running), jobs (those not running), simulator, live view; Ctrl-C stops what it started."""
     from infersight.simulator import view
     from infersight.simulator.run import Simulator
@@ -98,7 +98,8 @@ def demo(args: argparse.Namespace, stack, deploy) -> int:
         pod = VllmPod(stack.state_dir / "vllm-pod", stack.layout.otlp_endpoint(region), region).start()
     started = time.monotonic()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     def status() -> str:
         p = sim.progress()
@@ -111,7 +112,7 @@ def demo(args: argparse.Namespace, stack, deploy) -> int:
 
     deadline = None if args.duration is None else started + args.duration
     try:
-        view.live(stack.layout.prometheus_url, status,
+        view.live(stack.layout.prometheus_url, status, console=console,
                   until=lambda: stop.is_set() or (deadline is not None and time.monotonic() >= deadline))
     except KeyboardInterrupt:
         pass

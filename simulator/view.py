@@ -15,14 +15,19 @@ from rich.table import Table
 from infersight.schemas import pipeline as P
 from infersight.simulator.prom import query
 
-_RATE = "1m"
+WINDOW_S = 10  # the metrics job's default --window-s
+
+# From the newest window of each series (a sample per 10 s window, stamped at its end): numbers show
+# with the first window, not after a minute of rate(); tracks are combined by summing counts and taking
+# the worse track's p99 (sketch quantiles of different series cannot be merged in PromQL).
+_WINDOW = f"{int(WINDOW_S)}"
 QUERIES = {
-    "rps": f"sum by (region, model) (rate(infersight_requests_total[{_RATE}]))",
-    "errors": f"sum by (region, model) (rate(infersight_request_errors_total[{_RATE}]))",
-    "ttft_p99": "histogram_quantile(0.99, sum by (region, model, le) "
-                f"(rate(gen_ai_server_time_to_first_token_seconds_bucket[{_RATE}])))",
-    "itl_p99": "histogram_quantile(0.99, sum by (region, model, le) "
-               f"(rate(infersight_server_inter_token_latency_p99_seconds_bucket[{_RATE}])))",
+    "rps": f"sum by (region, model) (infersight_window_requests) / {_WINDOW}",
+    "errors": "sum by (region, model) (infersight_window_error_ratio * infersight_window_requests) "
+              f"/ {_WINDOW}",
+    "ttft_p99": 'max by (region, model) (gen_ai_server_time_to_first_token_quantile_seconds{quantile="0.99"})',
+    "itl_p99": 'max by (region, model) (infersight_server_inter_token_latency_p99_quantile_seconds'
+               '{quantile="0.99"})',
 }
 REGION_QUERIES = {
     "queue": 'sum by (region) (infersight_region_infersight_server_queue_depth{stat="sum"})',
