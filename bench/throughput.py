@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 from jobs_bench import CLK_TCK, tree_ticks
+from stack_bench import tree_rss_kib
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "throughput.json"
@@ -40,19 +41,7 @@ WINDOW_MS = 10_000
 
 
 def rss_mib(pid: int) -> float:
-    """Resident memory of a process and its live descendants."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-        except OSError:
-            continue
-    return total / 1024
+    return tree_rss_kib(pid) / 1024
 
 
 class Watcher(threading.Thread):

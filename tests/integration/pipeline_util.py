@@ -108,6 +108,14 @@ class Jobs:
     def running(self) -> bool:
         return all(submit.job_state(self.layout, j) == "RUNNING" for j in self.ids.values())
 
+    def cancel_quietly(self) -> None:
+        """Teardown: ask every job to cancel, whatever state the cluster is in."""
+        for job_id in self.ids.values():
+            try:
+                submit.cancel(self.layout, job_id)
+            except OSError:
+                pass
+
     def cancel(self) -> None:
         for job_id in self.ids.values():
             submit.cancel(self.layout, job_id)

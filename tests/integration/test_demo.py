@@ -11,7 +11,6 @@ import time
 import pytest
 from rich.console import Console
 
-from infersight.flink_jobs import submit
 from infersight.simulator import commands, view
 from infersight.simulator.fleet import DEFAULT_MODELS, DEFAULT_REGIONS
 from tests.integration.pipeline_util import Jobs, wait_until
@@ -48,11 +47,7 @@ def test_demo_shows_live_numbers_from_the_pipeline(stack):
         assert all(regions[r.name].get("queue") is not None for r in DEFAULT_REGIONS)  # pod gauges rolled up
     finally:
         thread.join(200)
-        for job_id in jobs.ids.values():
-            try:
-                submit.cancel(stack.layout, job_id)
-            except OSError:
-                pass
+        jobs.cancel_quietly()
     printed = out.getvalue()
     assert stack.layout.prometheus_url in printed and "llama-3.1-8b-instruct" in printed
     assert not thread.is_alive()  # --duration ended it: simulator stopped, its exports flushed

@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 
-from infersight.flink_jobs import submit
 from infersight.schemas.topics import LATE
 from infersight.simulator import view
 from infersight.simulator.commands import endpoints_of
@@ -42,11 +41,7 @@ def jobs(stack):
     j.start()
     wait_until(j.running, 120, "the jobs to run")
     yield j
-    for job_id in j.ids.values():
-        try:
-            submit.cancel(stack.layout, job_id)
-        except OSError:
-            pass
+    j.cancel_quietly()
 
 
 def test_totals_equal_the_simulator_ledger_through_kafka_gateway_and_job_restarts(stack, jobs):
