@@ -53,10 +53,6 @@ class Exporter:
                                             name=f"otlp-{region}")
             state.thread.start()
 
-    @property
-    def regions(self) -> list[str]:
-        return list(self._regions)
-
     def submit(self, region: str, kind: str, payload: bytes) -> None:
         state = self._regions.get(region)
         if state is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import struct
 
 _DOUBLE = struct.Struct("<d").pack
-_FIXED64 = struct.Struct("<Q").pack
 _TWO_FIXED64 = struct.Struct("<BQBQ").pack  # span start (field 7) and end (field 8) with their tags
 
 
@@ -57,10 +56,6 @@ def kv_string_array(key: str, values: tuple[str, ...]) -> bytes:
     return field(1, key.encode()) + field(2, field(5, array))
 
 
-def attr_field(number: int, kv: bytes) -> bytes:
-    return field(number, kv)
-
-
 class IntAttr:
     """``attributes`` entry (field ``number`` of the parent) of an int attribute: prefix + varint."""
 
@@ -92,7 +87,3 @@ class DoubleAttr:
 def times(start_ns: int, end_ns: int) -> bytes:
     """Span fields 7 and 8 (fixed64)."""
     return _TWO_FIXED64(0x39, start_ns, 0x41, end_ns)
-
-
-__all__ = ["DoubleAttr", "IntAttr", "any_string", "attr_field", "field", "kv_bool", "kv_int", "kv_string",
-           "kv_string_array", "times", "varint", "_FIXED64"]

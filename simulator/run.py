@@ -48,7 +48,6 @@ class Simulator:
         self._lock = threading.Lock()
         self.started_ns = 0
         self.behind_s = 0.0
-        self._k = 0
 
     # ---- control ----
     def set_rate(self, rate_rps: float) -> None:
@@ -109,7 +108,6 @@ class Simulator:
                 for region, payload in gauges(self.fleet.pods, values, due_ns, up).items():
                     self.exporter.submit(region, "metrics", payload)
             k += 1
-            self._k = k
             now = time.monotonic()
             if on_progress is not None and now - last_report >= every_s:
                 sent = self.ledger.total
