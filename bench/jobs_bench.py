@@ -291,7 +291,7 @@ def measure(layout, module: str, group: str, extra: list[str], counter_for: Call
     try:
         samples, i, j, why = sample_job(counter, pids, total, stable_s, max_s)
     finally:
-        submit.cancel(layout, job_id)
+        submit.stop(layout, job_id)
     a, b = samples[i], samples[j]
     return {
         "job_id": job_id, "group_id": group, "submit_s": round(submitted_s, 1), "backlog_records": total,

@@ -1,4 +1,4 @@
-"""Submit infersight's jobs to a stack's Flink (skipping those already running) or cancel them."""
+"""Submit infersight's jobs to a stack's Flink (skipping those already running) or stop them."""
 
 from __future__ import annotations
 
@@ -38,10 +38,11 @@ def deploy(layout, archive_root: Path, log=print) -> dict[str, str]:
     return {name: running[name] for name in JOBS}
 
 
-def cancel_all(layout, log=print) -> list[str]:
+def stop_all(layout, log=print) -> list[str]:
+    """Stop every job with a savepoint (their Kafka transactions commit; see ``submit.stop``)."""
     running = running_jobs(layout)
     for name in JOBS:
         if name in running:
-            submit.cancel(layout, running[name])
-            log(f"[jobs] {name} cancelled")
+            savepoint = submit.stop(layout, running[name])
+            log(f"[jobs] {name} stopped, savepoint {savepoint}" if savepoint else f"[jobs] {name} cancelled")
     return [n for n in JOBS if n in running]

@@ -29,15 +29,17 @@ def window_end_ms(end_ms: int, window_ms: int) -> int:
 
 
 def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
-                ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], list[dict[str, Any]]]:
-    """One batch of records -> ``{(series key, window end ms): records}`` and the late ones: those whose
-    window has already fired at this watermark (Flink's rule: window end - 1 <= watermark)."""
+                ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """One batch of records -> ``{(series key, window end ms): records}`` and the late ones per series:
+    those whose window has already fired at this watermark (Flink's rule: window end - 1 <= watermark).
+    Late records stay grouped too: a backlog arriving late must not become one element (and one metrics
+    message) per request."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    late: list[dict[str, Any]] = []
+    late: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         end = (record["end_ns"] // MS // window_ms + 1) * window_ms
         if end - 1 <= watermark_ms:
-            late.append(record)
+            late.setdefault(series_key(record), []).append(record)
             continue
         key = (series_key(record), end)
         group = groups.get(key)

@@ -28,8 +28,8 @@ def parse_gauge(value: str) -> tuple[str, int, dict[str, Any]]:
 class PreAggregate(ProcessFunction):
     """A batch of records (one ``infersight.requests`` message) -> one ``(series SEP window end, window end
     ms, records)`` per series and window in it; records whose window has fired go to the late output as
-    ``(series key, end ms, record)``. One Flink element per group instead of one per request is what
-    makes the job fast: PyFlink's cost is per element."""
+    ``(series key, None, records)`` per series. One Flink element per group instead of one per request is
+    what makes the job fast: PyFlink's cost is per element."""
 
     def __init__(self, window_ms: int, late_tag: Any) -> None:
         self.window_ms, self.late_tag = window_ms, late_tag
@@ -41,8 +41,8 @@ class PreAggregate(ProcessFunction):
         records = parse_batch(value)
         self.records.inc(len(records))
         groups, late = core.group_batch(records, self.window_ms, ctx.timer_service().current_watermark())
-        for record in late:
-            yield self.late_tag, (core.series_key(record), record["end_ns"] // MS, record)
+        for key, group in late.items():
+            yield self.late_tag, (key, None, group)
         for (key, end_ms), group in groups.items():
             yield f"{key}{SEP}{end_ms}", end_ms, group
 
@@ -172,17 +172,25 @@ class SumPair(AggregateFunction):
 
 
 class CountLate(KeyedProcessFunction):
-    """Per region: how many records missed their window. A cumulative counter stamped when the record was
-    seen (strictly increasing per region: Prometheus refuses two values at one timestamp)."""
+    """Per region: how many records missed their window, as a cumulative counter. Emitted at most once a
+    second (a processing-time timer), however many late records arrive: a late backlog must not flood
+    the sink with one message per record. Stamped when emitted, strictly increasing per region
+    (Prometheus refuses two values at one timestamp)."""
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("late", Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         count, start_ns, last_ns = self.count.value() or (0, time.time_ns(), 0)
+        self.count.update((count + len(value[2]), start_ns, last_ns))
+        now_ms = ctx.timer_service().current_processing_time()
+        ctx.timer_service().register_processing_time_timer((now_ms // 1000 + 1) * 1000)  # same second: one timer
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        count, start_ns, last_ns = self.count.value()
         stamp = max(time.time_ns() // MS * MS, last_ns + MS)  # ms: Prometheus' resolution
-        self.count.update((count + 1, start_ns, stamp))
-        yield core.encode_late(ctx.get_current_key(), count + 1, start_ns, stamp)
+        self.count.update((count, start_ns, stamp))
+        yield core.encode_late(ctx.get_current_key(), count, start_ns, stamp)
 
 
 def request_region(t: Any) -> str:
@@ -194,14 +202,17 @@ def output_tokens(t: Any) -> tuple[str, str, float]:
 
 
 def late_series(t: Any):
-    """A late ``(key, ts, record)`` -> its contribution to its series' and the roll-up's running totals."""
-    stats = WindowStats().add(t[2])
-    yield t[0], None, stats, t[2]["end_ns"]
-    yield core.global_key(t[0]), None, stats, t[2]["end_ns"]
+    """A series' late records ``(key, None, records)`` -> their contribution to the series' and the roll-up's
+    running totals (copies of a request counted once, as in a window)."""
+    stats = window_of(t[2])
+    first_end = min(r["end_ns"] for r in t[2])
+    yield t[0], None, stats, first_end
+    yield core.global_key(t[0]), None, stats, first_end
 
 
-def record_json(t: Any) -> str:
-    return json.dumps(t[2], separators=(",", ":"))
+def late_json(t: Any):
+    for record in t[2]:
+        yield json.dumps(record, separators=(",", ":"))
 
 
 def first(t: Any) -> Any:
@@ -213,7 +224,7 @@ def global_key_of(t: Any) -> str:
 
 
 def late_region(t: Any) -> str:
-    return t[2]["region"]
+    return request_region(t)
 
 
 def second(t: Any) -> Any:

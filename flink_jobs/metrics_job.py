@@ -79,7 +79,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     series_out = (regional.union(rollup, late_totals).key_by(F.first, key_type=Types.STRING())
                   .process(F.CumulateSeries(window_ns), output_type=byte_array()).name("series-metrics"))
 
-    late.map(F.record_json, output_type=Types.STRING()).name("late-json") \
+    late.flat_map(F.late_json, output_type=Types.STRING()).name("late-json") \
         .sink_to(kafka_sink(brokers, LATE.name, group_id, exactly_once=exactly_once)).name(LATE.name)
     late_out = (late.key_by(F.late_region, key_type=Types.STRING())
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))

@@ -6,6 +6,8 @@ import json
 import os
 import re
 import subprocess
+import time
+import urllib.error
 import urllib.request
 
 from infersight.stack import paths
@@ -54,9 +56,46 @@ def job_state(layout, job_id: str) -> str:
         return json.loads(resp.read())["state"]
 
 
+def tasks_running(layout, job_id: str) -> bool:
+    """The job and every one of its tasks run (a job is RUNNING while its tasks still wait for slots)."""
+    with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}", timeout=5) as resp:
+        job = json.loads(resp.read())
+    return job["state"] == "RUNNING" and all(v["status"] == "RUNNING" for v in job["vertices"])
+
+
 def cancel(layout, job_id: str) -> None:
+    """Cancel at once. Kafka transactions the job had open stay open until transaction.timeout.ms unless the
+    job is restored under the same transactional-id prefix, and they block every read_committed reader of
+    those partitions meanwhile: use ``stop`` unless the job is about to be restored."""
     req = urllib.request.Request(f"{layout.flink_rest_url}/jobs/{job_id}?mode=cancel", method="PATCH")
     urllib.request.urlopen(req, timeout=10).close()
+
+
+def stop(layout, job_id: str, timeout_s: float = 60) -> str | None:
+    """Stop with a savepoint: the final savepoint commits the sinks' Kafka transactions, so nothing lingers
+    for downstream readers. Returns the savepoint path; cancels instead (returns None) if the job cannot take
+    one in ``timeout_s`` (e.g. it is restarting)."""
+    url = f"{layout.flink_rest_url}/jobs/{job_id}"
+    try:
+        req = urllib.request.Request(f"{url}/stop", data=json.dumps({"drain": False}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            trigger = json.loads(resp.read())["request-id"]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{url}/savepoints/{trigger}", timeout=10) as resp:
+                status = json.loads(resp.read())
+            if status["status"]["id"] == "COMPLETED":
+                operation = status.get("operation") or {}
+                if "location" in operation:
+                    return operation["location"]
+                break  # failed (failure-cause): fall back to cancel
+            time.sleep(0.5)
+    except urllib.error.HTTPError:
+        pass  # not running (already stopped, restarting): cancel below
+    if job_state(layout, job_id) not in ("FINISHED", "CANCELED", "FAILED"):
+        cancel(layout, job_id)
+    return None
 
 
 def latest_checkpoint(layout, job_id: str) -> str | None:

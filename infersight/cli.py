@@ -62,8 +62,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     stack = _stack(args)
     if not stack.running_components():
         raise StackError(f"stack '{stack.state_dir.name}' is not running", "start it with `bin/infersight up`")
-    if args.cancel:
-        deploy.cancel_all(stack.layout)
+    if args.stop:
+        deploy.stop_all(stack.layout)
     else:
         _deploy(stack)
     return 0
@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("jobs", help="submit the Flink jobs (normalize, metrics, archive) that are not running")
     stack_opts(p)
-    p.add_argument("--cancel", action="store_true", help="cancel them instead")
+    p.add_argument("--stop", "--cancel", dest="stop", action="store_true",
+                   help="stop them instead, each with a savepoint (their Kafka transactions commit)")
     p.set_defaults(func=cmd_jobs)
     p = sub.add_parser("status", help="health, ports and log file of each component")
     stack_opts(p)

@@ -28,3 +28,15 @@ def stack(tmp_path_factory):
         yield s
     finally:
         s.down(wipe=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used the stack carries the stack's state in its report (CI keeps only pytest's output)."""
+    report = yield
+    stack = item.funcargs.get("stack") if hasattr(item, "funcargs") else None
+    if report.failed and stack is not None and hasattr(stack, "status"):
+        from tests.integration.diagnostics import stack_report
+
+        report.sections.append(("stack at failure", stack_report(stack)))
+    return report

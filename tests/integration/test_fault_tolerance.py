@@ -41,7 +41,7 @@ def jobs(stack):
     j.start()
     wait_until(j.running, 120, "the jobs to run")
     yield j
-    j.cancel_quietly()
+    j.stop_quietly()
 
 
 def test_totals_equal_the_simulator_ledger_through_kafka_gateway_and_job_restarts(stack, jobs):

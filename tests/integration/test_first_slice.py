@@ -114,7 +114,7 @@ def test_flink_job_reads_spans_topic_and_writes_another(stack, region):
         assert record["end_time_unix_nano"] >= record["start_time_unix_nano"] > 0
         assert submit.job_state(stack.layout, job_id) == "RUNNING"
     finally:
-        submit.cancel(stack.layout, job_id)
+        submit.stop(stack.layout, job_id)
 
 
 def gauge_request(name: str, value: float, labels: dict[str, str]) -> bytes:

@@ -44,7 +44,7 @@ def jobs(stack, tmp_path_factory):
     j.start()
     wait_until(j.running, 120, "the jobs to run")
     yield j
-    j.cancel_quietly()
+    j.stop_quietly()
 
 
 def batch(model: str, n: int, end_ns: int, seed: int, slow_region: str | None = None) -> list[RequestRecord]:

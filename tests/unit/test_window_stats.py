@@ -128,11 +128,30 @@ def test_a_batch_groups_by_series_and_window_and_late_records_are_set_apart():
     batch = [rec("a", 10_500), rec("a", 19_999), rec("a", 20_000), rec("b", 10_001), rec("a", 15_000, "canary"),
              rec("a", 9_999), rec("b", 5_000)]
     groups, late = core.group_batch(batch, 10_000, watermark_ms=9_999)
-    assert late == [batch[5], batch[6]]  # their window [0, 10 s) fires at watermark 9,999
     key_a, key_b = core.series_key(batch[0]), core.series_key(batch[3])
+    assert late == {key_a: [batch[5]], key_b: [batch[6]]}  # their window [0, 10 s) fires at watermark 9,999
     assert groups[(key_a, 20_000)] == [batch[0], batch[1]]
     assert groups[(key_a, 30_000)] == [batch[2]]
     assert groups[(key_b, 20_000)] == [batch[3]]
     assert groups[(core.series_key(batch[4]), 20_000)] == [batch[4]]
-    assert sum(map(len, groups.values())) + len(late) == len(batch)
+    assert sum(map(len, groups.values())) + sum(map(len, late.values())) == len(batch)
     assert core.window_end_ms(19_999, 10_000) == 20_000 and core.window_end_ms(20_000, 10_000) == 30_000
+
+
+def test_late_records_of_a_series_are_one_element_and_count_each_request_once():
+    import json
+
+    from infersight.flink_jobs import metrics_functions as F
+
+    records = [r.to_dict() for r in sample_records(40, 1_000_000_000_000, 5.0, regions=REGIONS[:1])]
+    _, late = core.group_batch(records + records[:3], 10_000, watermark_ms=10**12)  # all late; 3 re-sent copies
+    assert sum(map(len, late.values())) == 43 and len(late) < 43
+    for key, group in late.items():
+        element = (key, None, group)
+        (own_key, _, own, first_end), (glob_key, _, glob, _) = F.late_series(element)
+        assert own_key == key and glob_key == core.global_key(key)
+        unique = {r["trace_id"] for r in group}
+        assert own.requests == glob.requests == len(unique)  # copies counted once, as in a window
+        assert first_end == min(r["end_ns"] for r in group)
+        assert [json.loads(line) for line in F.late_json(element)] == group  # the late topic: every record
+        assert F.late_region(element) == group[0]["region"]

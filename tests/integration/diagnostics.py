@@ -1,0 +1,62 @@
+"""What the stack looked like when an integration test failed: component health, Flink jobs with their
+vertex states and latest exceptions, and the errors in the component logs. CI keeps only pytest's
+output, so a failure report must carry the cause with it."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+ERROR_LINE = re.compile(r"\b(ERROR|FATAL|Exception|panic|OutOfMemory|Killed)\b")
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def flink_jobs(rest_url: str, newest: int = 8) -> list[str]:
+    lines = []
+    try:
+        jobs = sorted(_get(f"{rest_url}/jobs/overview")["jobs"], key=lambda j: j["start-time"])[-newest:]
+    except OSError as exc:
+        return [f"flink REST unreachable: {exc}"]
+    for job in jobs:
+        jid = job["jid"]
+        try:
+            vertices = _get(f"{rest_url}/jobs/{jid}")["vertices"]
+            states = ", ".join(f"{v['name'][:40]}={v['status']}" for v in vertices)
+            root = (_get(f"{rest_url}/jobs/{jid}/exceptions").get("exceptionHistory") or {}).get("entries") or []
+            cause = root[0]["stacktrace"].strip().splitlines()[:6] if root else []
+        except (OSError, KeyError) as exc:
+            states, cause = f"unreadable: {exc}", []
+        lines.append(f"job {job['name']} {jid[:8]} {job['state']} tasks {job.get('tasks')}: {states}")
+        lines += [f"    {c}" for c in cause]
+    return lines
+
+
+def log_errors(logs: Path, per_file: int = 12) -> list[str]:
+    lines = []
+    for path in sorted([*logs.glob("*.log"), *logs.glob("flink/*client*.log")]):  # flink/ repeats the rest
+        try:
+            text = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        hits = [line[:300] for line in text if ERROR_LINE.search(line)]
+        if hits:
+            lines.append(f"{path.name}: {len(hits)} error lines, the last {min(per_file, len(hits))}:")
+            lines += [f"    {h}" for h in hits[-per_file:]]
+    return lines
+
+
+def stack_report(stack) -> str:
+    lines = ["components:"]
+    try:
+        lines += [f"    {s.name} running={s.running} healthy={s.healthy}" for s in stack.status()]
+    except Exception as exc:  # a report must never hide the test's own failure
+        lines.append(f"    unreadable: {exc!r}")
+    lines += flink_jobs(stack.layout.flink_rest_url)
+    lines += log_errors(stack.layout.logs)
+    return "\n".join(lines)
