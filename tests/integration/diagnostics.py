@@ -9,7 +9,8 @@ import re
 import urllib.request
 from pathlib import Path
 
-ERROR_LINE = re.compile(r"\b(ERROR|FATAL|Exception|panic|OutOfMemory|Killed)\b")
+ERROR_LINE = re.compile(r"\b(error|fatal|exception|panic|outofmemory|killed)\b", re.IGNORECASE)
+INFO_LINE = re.compile(r"\bINFO\b|\tinfo\t|level=info", re.IGNORECASE)
 
 
 def _get(url: str) -> dict:
@@ -44,11 +45,27 @@ def log_errors(logs: Path, per_file: int = 12) -> list[str]:
             text = path.read_text(errors="replace").splitlines()
         except OSError:
             continue
-        hits = [line[:300] for line in text if ERROR_LINE.search(line)]
+        hits = [line[:300] for line in text if ERROR_LINE.search(line) and not INFO_LINE.search(line)]
         if hits:
             lines.append(f"{path.name}: {len(hits)} error lines, the last {min(per_file, len(hits))}:")
             lines += [f"    {h}" for h in hits[-per_file:]]
     return lines
+
+
+def consumer_lag(bootstrap: str, group: str, topic: str) -> str:
+    """How far a consumer group (the sink's) is behind a topic's end, per partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
+        committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=5)
+        lag = {tp.partition: consumer.get_watermark_offsets(tp, timeout=5)[1] - max(tp.offset, 0) for tp in committed}
+        return f"{group} behind {topic} by {lag} messages"
+    except Exception as exc:  # a report must never hide the test's own failure
+        return f"{group} lag on {topic} unreadable: {exc!r}"
+    finally:
+        consumer.close()
 
 
 def stack_report(stack) -> str:
@@ -58,5 +75,6 @@ def stack_report(stack) -> str:
     except Exception as exc:  # a report must never hide the test's own failure
         lines.append(f"    unreadable: {exc!r}")
     lines += flink_jobs(stack.layout.flink_rest_url)
+    lines.append(consumer_lag(stack.layout.kafka_bootstrap, "infersight-sink", "infersight.metrics"))
     lines += log_errors(stack.layout.logs)
     return "\n".join(lines)
