@@ -72,7 +72,9 @@ def prom_value(url: str, query: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 2.0) -> Any:
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 2.0,
+               last_of: Callable[[], Any] | None = None) -> Any:
+    """Poll ``check`` until truthy; on time-out the message shows its last result (or ``last_of()``'s)."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
@@ -80,6 +82,8 @@ def wait_until(check: Callable[[], Any], timeout_s: float, what: str, every_s: f
         if last:
             return last
         time.sleep(every_s)
+    if last_of is not None:
+        last = last_of()
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
 
 

@@ -82,24 +82,29 @@ def test_totals_equal_the_simulator_ledger_through_kafka_gateway_and_job_restart
     ledger = sim.ledger
     assert ledger.total > RATE * 60
 
+    expected: dict[tuple[str, str], int] = {}
+    for (region, model, _version, _track), n in ledger.requests.items():
+        expected[(region, model)] = expected.get((region, model), 0) + n
+
+    def per_series() -> dict[tuple[str, str], int]:
+        return {(s["metric"]["region"], s["metric"]["model"]): int(float(s["value"][1]))
+                for s in prom(lay.prometheus_url,
+                              f'sum by (region, model) (infersight_requests_total{{{models},region!="global"}})')}
+
     # a throwaway model keeps event time moving so the fleet's last windows close
     flusher = Simulator(fleet(f"flush{tag}", 30, DEFAULT_MODELS[:1]), endpoints_of(stack), seed=8).start()
     try:
         total = f'sum(infersight_requests_total{{{models},region!="global"}})'
         wait_until(lambda: prom_value(lay.prometheus_url, total) == ledger.total, 300,
-                   f"{ledger.total} requests in Prometheus")
+                   f"{ledger.total} requests in Prometheus (last: counted - sent per region and model)",
+                   last_of=lambda: {k: v - expected.get(k, 0) for k, v in per_series().items()})
         glob = f'sum(infersight_requests_total{{{models},region="global"}})'
-        wait_until(lambda: prom_value(lay.prometheus_url, glob) == ledger.total, 60, "the global roll-up")
+        wait_until(lambda: prom_value(lay.prometheus_url, glob) == ledger.total, 60, "the global roll-up",
+                   last_of=lambda: prom_value(lay.prometheus_url, glob))
     finally:
         flusher.stop()
 
-    per_series = {(s["metric"]["region"], s["metric"]["model"]): int(float(s["value"][1]))
-                  for s in prom(lay.prometheus_url,
-                                f'sum by (region, model) (infersight_requests_total{{{models},region!="global"}})')}
-    expected = {}
-    for (region, model, _version, _track), n in ledger.requests.items():
-        expected[(region, model)] = expected.get((region, model), 0) + n
-    assert per_series == expected
+    assert per_series() == expected
     errors = prom_value(lay.prometheus_url, f'sum(infersight_request_errors_total{{{models},region!="global"}})')
     assert errors == sum(ledger.errors.values())
 
