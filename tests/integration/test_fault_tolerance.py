@@ -88,8 +88,8 @@ def test_totals_equal_the_simulator_ledger_through_kafka_gateway_and_job_restart
 
     def per_series() -> dict[tuple[str, str], int]:
         return {(s["metric"]["region"], s["metric"]["model"]): int(float(s["value"][1]))
-                for s in prom(lay.prometheus_url,
-                              f'sum by (region, model) (infersight_requests_total{{{models},region!="global"}})')}
+                for s in prom(lay.prometheus_url, 'sum by (region, model) (max_over_time('
+                              f'infersight_requests_total{{{models},region!="global"}}[30m]))')}  # stale ones too
 
     # a throwaway model keeps event time moving so the fleet's last windows close
     flusher = Simulator(fleet(f"flush{tag}", 30, DEFAULT_MODELS[:1]), endpoints_of(stack), seed=8).start()

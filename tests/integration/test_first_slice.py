@@ -23,6 +23,7 @@ from infersight.schemas.attributes import CLOUD_REGION
 from infersight.schemas.topics import METRICS, OTLP_METRICS, OTLP_SPANS, Topic
 from infersight.stack.kafka_admin import ensure_topics
 from tests.integration.kafka_util import consume_until
+from tests.integration.pipeline_util import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -113,8 +114,12 @@ def test_flink_job_reads_spans_topic_and_writes_another(stack, region):
         assert record["resource"][CLOUD_REGION] == region
         assert record["end_time_unix_nano"] >= record["start_time_unix_nano"] > 0
         assert submit.job_state(stack.layout, job_id) == "RUNNING"
+        # stopping takes a savepoint (its transactions commit) and the job ends FINISHED, not CANCELED
+        savepoint = submit.stop(stack.layout, job_id)
+        assert savepoint
+        wait_until(lambda: submit.job_state(stack.layout, job_id) == "FINISHED", 30, "the job to finish")
     finally:
-        submit.stop(stack.layout, job_id)
+        submit.stop(stack.layout, job_id)  # a no-op when already stopped
 
 
 def gauge_request(name: str, value: float, labels: dict[str, str]) -> bytes:

@@ -1,18 +1,25 @@
 """A Kafka outage loses no telemetry: the regional gateway queues on disk (file_storage) and retries
-until Kafka is back, and the queue survives a restart of the gateway itself during the outage."""
+until Kafka is back, and the queue survives a restart of the gateway itself during the outage; an export
+of thousands of request spans at once reaches Kafka whole."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
+import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from infersight.flink_jobs.otlp_requests import encode_requests
 from infersight.flink_jobs.otlp_spans import iter_spans
-from infersight.schemas.topics import OTLP_SPANS
+from infersight.flink_jobs.sample_requests import sample_records
+from infersight.schemas.attributes import GEN_AI_REQUEST_MODEL
+from infersight.schemas.topics import OTLP_REQUESTS, OTLP_SPANS
 from tests.integration.kafka_util import consume_until
 
 pytestmark = pytest.mark.integration
@@ -71,3 +78,36 @@ def test_kafka_outage_and_gateway_restart_lose_nothing(stack):
     seen, copies = marked_span_ids(stack.layout.kafka_bootstrap, marker, len(sent), timeout_s=120)
     assert seen == sent, f"{len(sent - seen)} of {len(sent)} spans lost"
     assert copies >= len(sent)  # at least once: a batch re-sent after a gateway restart may repeat
+
+
+def test_an_export_of_thousands_of_request_spans_reaches_kafka_whole(stack):
+    """A pod catching up after an outage sends thousands of request spans at once. The gateway's batch
+    becomes one Kafka record; it must stay under the producer's record limit, which the exporter treats
+    as a permanent error (the batch dropped, not retried)."""
+    region = stack.layout.regions[0]
+    model = f"big-export-{uuid.uuid4().hex[:8]}"
+    records = list(sample_records(3000, time.time_ns() - 60 * 10**9, 30.0, regions=[region], models=[model]))
+    payload = encode_requests(records)
+    assert len(payload) > 2_000_000  # over the 1 MB a Kafka producer accepts per record by default
+    channel = grpc.insecure_channel(stack.layout.otlp_endpoint(region).removeprefix("http://"),
+                                    options=[("grpc.max_send_message_length", 64 << 20)])
+    try:
+        channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")(payload, timeout=30)
+    finally:
+        channel.close()
+    seen: set[str] = set()
+
+    def collect(msg) -> bool:
+        request = ExportTraceServiceRequest.FromString(msg.value())
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                seen.update(s.trace_id.hex() for s in ss.spans
+                            if any(kv.key == GEN_AI_REQUEST_MODEL and kv.value.string_value == model
+                                   for kv in s.attributes))
+        return len(seen) >= len(records)
+
+    try:
+        consume_until(stack.layout.kafka_bootstrap, OTLP_REQUESTS.name, collect, 90)
+    except AssertionError:
+        pass  # the comparison below says how many are missing
+    assert seen == {r.trace_id for r in records}, f"{len(records) - len(seen)} of {len(records)} request spans lost"

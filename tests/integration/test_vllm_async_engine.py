@@ -192,7 +192,9 @@ def test_ttft_and_itl_match_client_timings(run):
         assert arrival >= c["t0"] - 0.001, (rid, arrival, c["t0"])
         seen_after_arrival = c["marks"][0] - arrival
         assert server_ttft <= client_ttft + 0.005, (rid, server_ttft, client_ttft)
-        assert server_ttft <= seen_after_arrival + 0.005, (rid, server_ttft, seen_after_arrival)
+        # 20 ms: the span's start is wall-clock time while vLLM measures TTFT on its monotonic clock; on a
+        # loaded machine the two disagreed by 7 ms (a CI run)
+        assert server_ttft <= seen_after_arrival + 0.02, (rid, server_ttft, seen_after_arrival)
         assert server_ttft >= seen_after_arrival - max(0.05, 0.2 * seen_after_arrival), (
             rid, server_ttft, seen_after_arrival)
         client_itl_mean = (c["marks"][-1] - c["marks"][0]) / (MAX_TOKENS - 1)
