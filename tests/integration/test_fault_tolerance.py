@@ -86,10 +86,12 @@ def test_totals_equal_the_simulator_ledger_through_kafka_gateway_and_job_restart
     for (region, model, _version, _track), n in ledger.requests.items():
         expected[(region, model)] = expected.get((region, model), 0) + n
 
-    def per_series() -> dict[tuple[str, str], int]:
+    def per_series(over: str = "") -> dict[tuple[str, str], int]:
+        """Counters per region and model now, or (``over="30m"``) their newest value, stale ones too."""
+        selector = f'infersight_requests_total{{{models},region!="global"}}'
+        query = f"max_over_time({selector}[{over}])" if over else selector
         return {(s["metric"]["region"], s["metric"]["model"]): int(float(s["value"][1]))
-                for s in prom(lay.prometheus_url, 'sum by (region, model) (max_over_time('
-                              f'infersight_requests_total{{{models},region!="global"}}[30m]))')}  # stale ones too
+                for s in prom(lay.prometheus_url, f"sum by (region, model) ({query})")}
 
     # a throwaway model keeps event time moving so the fleet's last windows close
     flusher = Simulator(fleet(f"flush{tag}", 30, DEFAULT_MODELS[:1]), endpoints_of(stack), seed=8).start()
@@ -97,7 +99,7 @@ def test_totals_equal_the_simulator_ledger_through_kafka_gateway_and_job_restart
         total = f'sum(infersight_requests_total{{{models},region!="global"}})'
         wait_until(lambda: prom_value(lay.prometheus_url, total) == ledger.total, 300,
                    f"{ledger.total} requests in Prometheus (last: counted - sent per region and model)",
-                   last_of=lambda: {k: v - expected.get(k, 0) for k, v in per_series().items()})
+                   last_of=lambda: {k: v - expected.get(k, 0) for k, v in per_series("30m").items()})
         glob = f'sum(infersight_requests_total{{{models},region="global"}})'
         wait_until(lambda: prom_value(lay.prometheus_url, glob) == ledger.total, 60, "the global roll-up",
                    last_of=lambda: prom_value(lay.prometheus_url, glob))
