@@ -1,6 +1,6 @@
 """What the stack looked like when an integration test failed: component health, Flink jobs with their
-vertex states and latest exceptions, and the errors in the component logs. CI keeps only pytest's
-output, so a failure report must carry the cause with it."""
+vertex states and latest exceptions, the sink's lag on infersight.metrics, and the error lines of the
+component logs. CI keeps only pytest's output, so a failure report must carry the cause with it."""
 
 from __future__ import annotations
 
