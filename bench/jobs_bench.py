@@ -17,9 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -28,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from results_file import save_results
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "jobs.json"
@@ -378,12 +377,8 @@ def main() -> None:
         "jobs": jobs,
         "quick": args.quick,
         "wall_s": round(time.monotonic() - started, 1),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": shlex.join(["bench/jobs_bench.py", *sys.argv[1:]]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_results(RESULTS, result)
     print(json.dumps(result, indent=2))
 
 

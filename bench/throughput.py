@@ -20,9 +20,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
-import shlex
-import sys
 import tempfile
 import threading
 import time
@@ -32,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from jobs_bench import CLK_TCK, tree_ticks
+from results_file import save_results
 from stack_bench import tree_rss_kib
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,12 +265,8 @@ def main() -> None:
         "steps": rows,
         "quick": args.quick,
         "wall_s": round(time.monotonic() - started, 1),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": shlex.join(["bench/throughput.py", *sys.argv[1:]]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_results(RESULTS, result)
     if rows:
         plot(rows, PLOT)
     print(json.dumps({k: v for k, v in result.items() if k != "steps"}, indent=2))

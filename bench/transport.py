@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shlex
-import sys
 import tempfile
 import time
 import urllib.request
@@ -27,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs_bench import CLK_TCK
+from results_file import save_results
 from throughput import cpu_sample, fleet, own_cpu_s
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,12 +98,9 @@ def main() -> None:
         stack.down(wipe=True)
     result = {
         "what": "simulator -> 3 regional gateways -> Kafka, no Flink job: CPU left for the jobs at each rate",
-        "cpus": os.cpu_count(), "steps": rows, "wall_s": round(time.monotonic() - started, 1),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": shlex.join(["bench/transport.py", *sys.argv[1:]]),
+        "steps": rows, "wall_s": round(time.monotonic() - started, 1),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_results(RESULTS, result)
     print(json.dumps(result, indent=2))
 
 
