@@ -51,15 +51,18 @@ def submit(layout, module: str, args: list[str], timeout_s: float = 180, restore
     return match.group(1)
 
 
-def job_state(layout, job_id: str) -> str:
+def _job(layout, job_id: str) -> dict:
     with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}", timeout=5) as resp:
-        return json.loads(resp.read())["state"]
+        return json.loads(resp.read())
+
+
+def job_state(layout, job_id: str) -> str:
+    return _job(layout, job_id)["state"]
 
 
 def tasks_running(layout, job_id: str) -> bool:
     """The job and every one of its tasks run (a job is RUNNING while its tasks still wait for slots)."""
-    with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}", timeout=5) as resp:
-        job = json.loads(resp.read())
+    job = _job(layout, job_id)
     return job["state"] == "RUNNING" and all(v["status"] == "RUNNING" for v in job["vertices"])
 
 
