@@ -51,22 +51,39 @@ class HistogramBank:
         """Record ``(metric name, attribute-set key, attributes, value)`` observations under one lock."""
         spec = self._spec
         with self._lock:
-            targets = (self._cumulative, *self._deltas.values())
+            if self._deltas:
+                self._record_all((self._cumulative, *self._deltas.values()), observations)
+                return
+            points = self._cumulative  # the usual case: cumulative readers only, one set of points
             for name, key, attrs, value in observations:
-                bounds, n_buckets, _unit, _desc = spec[name]
-                index = bisect_left(bounds, value)
-                full_key = (name, key)
-                for points in targets:
-                    point = points.get(full_key)
-                    if point is None:
-                        point = points[full_key] = _new_point(n_buckets, attrs)
-                    point[0][index] += 1
-                    point[1] += value
-                    point[2] += 1
-                    if value < point[3]:
-                        point[3] = value
-                    if value > point[4]:
-                        point[4] = value
+                point = points.get((name, key))
+                if point is None:
+                    point = points[(name, key)] = _new_point(spec[name][1], attrs)
+                point[0][bisect_left(spec[name][0], value)] += 1
+                point[1] += value
+                point[2] += 1
+                if value < point[3]:
+                    point[3] = value
+                if value > point[4]:
+                    point[4] = value
+
+    def _record_all(self, targets: tuple[dict, ...], observations: Iterable[tuple[str, Any, dict, float]]) -> None:
+        spec = self._spec
+        for name, key, attrs, value in observations:
+            bounds, n_buckets, _unit, _desc = spec[name]
+            index = bisect_left(bounds, value)
+            full_key = (name, key)
+            for points in targets:
+                point = points.get(full_key)
+                if point is None:
+                    point = points[full_key] = _new_point(n_buckets, attrs)
+                point[0][index] += 1
+                point[1] += value
+                point[2] += 1
+                if value < point[3]:
+                    point[3] = value
+                if value > point[4]:
+                    point[4] = value
 
     def collect(self, reader: Any) -> list:
         """SDK ``Metric`` objects for ``reader`` in its histogram temporality."""

@@ -357,8 +357,11 @@ class RequestContext:
         self._inst._self_telemetry.bad_input(kind, detail)
 
     def _summarise(self, end: int) -> dict[str, Any]:
-        times = self.token_times()
-        start = self._start
+        ticks, first, start = self._ticks, self._first, self._start
+        if first is not None and (not ticks or ticks[0] >= first):  # well-formed: token_times(), inlined
+            times = [first, *ticks]
+        else:
+            times = self.token_times()
         stage_s: dict[str, float] = {}
         for rec in self._stages:
             if rec[2] < start:

@@ -47,26 +47,44 @@ def itl_summary(token_times_ns: list[int]) -> ItlSummary | None:
 
 
 def root_attributes(req: RequestContext, s: dict[str, Any]) -> dict[str, Any]:
-    """The root span's attributes (built only for sampled traces)."""
-    attrs: dict[str, Any] = dict(req._inst._base_span_attrs)
+    """The root span's attributes (also the record-only span's, so built for every request: unrolled,
+    no per-call tuples)."""
+    attrs: dict[str, Any] = req._inst._base_span_attrs.copy()
     attrs[A.GEN_AI_OPERATION_NAME] = req.operation
     attrs[A.GEN_AI_REQUEST_MODEL] = req.model
     attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = (req._finish_reason,)
     attrs[A.E2E] = s["e2e_s"]
-    for key, value in ((A.GEN_AI_RESPONSE_MODEL, req._response_model),
-                       (A.GEN_AI_RESPONSE_ID, req._response_id), (A.ERROR_TYPE, req._error),
-                       (A.TTFT, s["ttft_s"]), (A.TPOT, s["tpot_s"]),
-                       (A.QUEUE_DURATION, s["queue_s"]), (A.PREFILL_DURATION, s["prefill_s"]),
-                       (A.DECODE_DURATION, s["decode_s"]), (A.GEN_AI_USAGE_INPUT_TOKENS, s["tokens_in"])):
-        if value is not None:
-            attrs[key] = value
+    if req._response_model is not None:
+        attrs[A.GEN_AI_RESPONSE_MODEL] = req._response_model
+    if req._response_id is not None:
+        attrs[A.GEN_AI_RESPONSE_ID] = req._response_id
+    if req._error is not None:
+        attrs[A.ERROR_TYPE] = req._error
+    value = s["ttft_s"]
+    if value is not None:
+        attrs[A.TTFT] = value
+    value = s["tpot_s"]
+    if value is not None:
+        attrs[A.TPOT] = value
+    value = s["queue_s"]
+    if value is not None:
+        attrs[A.QUEUE_DURATION] = value
+    value = s["prefill_s"]
+    if value is not None:
+        attrs[A.PREFILL_DURATION] = value
+    value = s["decode_s"]
+    if value is not None:
+        attrs[A.DECODE_DURATION] = value
+    value = s["tokens_in"]
+    if value is not None:
+        attrs[A.GEN_AI_USAGE_INPUT_TOKENS] = value
     attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] = s["tokens_out"]
     if req._tokens_cached:
         attrs[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = req._tokens_cached
     itl = s["itl"]
     if itl is not None:
-        attrs.update({A.ITL_COUNT: itl.count, A.ITL_MEAN: itl.mean_s, A.ITL_P50: itl.p50_s,
-                      A.ITL_P90: itl.p90_s, A.ITL_P99: itl.p99_s, A.ITL_MAX: itl.max_s})
+        (attrs[A.ITL_COUNT], attrs[A.ITL_MEAN], attrs[A.ITL_P50], attrs[A.ITL_P90], attrs[A.ITL_P99],
+         attrs[A.ITL_MAX]) = itl
     if req._content:
         attrs.update(req._content)
     return attrs
