@@ -13,7 +13,7 @@ from pyflink.datastream.functions import AggregateFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from infersight.flink_jobs import metrics_core as core
-from infersight.flink_jobs.window_stats import Cumulative, WindowStats, window_of
+from infersight.flink_jobs.window_stats import Cumulative, WindowStats, fact_of, window_of, window_of_facts
 from infersight.schemas.records import parse_batch
 
 MS = core.MS
@@ -27,9 +27,10 @@ def parse_gauge(value: str) -> tuple[str, int, dict[str, Any]]:
 
 class PreAggregate(ProcessFunction):
     """A batch of records (one ``infersight.requests`` message) -> one ``(series SEP window end, window end
-    ms, records)`` per series and window in it; records whose window has fired go to the late output as
-    ``(series key, None, records)`` per series. One Flink element per group instead of one per request is
-    what makes the job fast: PyFlink's cost is per element."""
+    ms, facts)`` per series and window in it (``fact_of``: only what the window needs); records whose
+    window has fired go to the late output whole, as ``(series key, None, records)`` per series. One
+    Flink element per group instead of one per request is what makes the job fast: PyFlink's cost is
+    per element."""
 
     def __init__(self, window_ms: int, late_tag: Any) -> None:
         self.window_ms, self.late_tag = window_ms, late_tag
@@ -44,13 +45,13 @@ class PreAggregate(ProcessFunction):
         for key, group in late.items():
             yield self.late_tag, (key, None, group)
         for (key, end_ms), group in groups.items():
-            yield f"{key}{SEP}{end_ms}", end_ms, group
+            yield f"{key}{SEP}{end_ms}", end_ms, [fact_of(record) for record in group]
 
 
 class WindowRecords(KeyedProcessFunction):
-    """Per (series, window): the groups of records in list state until the watermark passes the window's
+    """Per (series, window): the groups of facts in list state until the watermark passes the window's
     end, then ``(series key, window end ns, WindowStats)`` stamped with the window's last millisecond (as a
-    Flink window's result is). Keeping records rather than an incremental aggregate: updating a sketch
+    Flink window's result is). Keeping facts rather than an incremental aggregate: updating a sketch
     accumulator in state re-pickles five sketches (~20 KB) per update."""
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -62,7 +63,7 @@ class WindowRecords(KeyedProcessFunction):
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
         series, end_ms = ctx.get_current_key().rsplit(SEP, 1)
-        stats = window_of(record for group in (self.groups.get() or ()) for record in group)
+        stats = window_of_facts(fact for group in (self.groups.get() or ()) for fact in group)
         self.groups.clear()
         yield series, int(end_ms) * MS, stats
 

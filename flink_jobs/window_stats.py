@@ -37,6 +37,22 @@ def distribution_values(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+_DIST_NAMES = tuple(DISTRIBUTIONS)  # the order of a fact's distribution values
+
+Fact = tuple  # (identity or None, error type, tokens in, tokens out, tokens cached, distribution values)
+
+
+def fact_of(record: dict[str, Any]) -> Fact:
+    """What a window needs of one record, as a flat tuple. The metrics job pickles each request three times
+    (to the keyed operator, into list state, out at the timer); this pickles ~3x smaller and ~5x faster
+    than the record's dict."""
+    span_id = record.get("span_id")
+    values = distribution_values(record)
+    return ((record.get("trace_id"), span_id) if span_id else None, record.get("error_type"),
+            record.get("tokens_in", 0), record.get("tokens_out", 0), record.get("tokens_cached", 0),
+            tuple(values.get(name) for name in _DIST_NAMES))
+
+
 class Distribution:
     """One latency distribution of a window: bucket counts, sum, count, and a sketch."""
 
@@ -84,17 +100,20 @@ class WindowStats:
         self.dists = {name: Distribution(bounds) for name, (_, bounds) in DISTRIBUTIONS.items()}
 
     def add(self, record: dict[str, Any]) -> WindowStats:
+        return self.add_fact(fact_of(record))
+
+    def add_fact(self, fact: Fact) -> WindowStats:
+        _identity, error, tokens_in, tokens_out, tokens_cached, values = fact
         self.requests += 1
-        error = record.get("error_type")
         if error is not None:
             self.errors[error] = self.errors.get(error, 0) + 1
         tokens = self.tokens
-        tokens["input"] += record.get("tokens_in", 0)
-        tokens["output"] += record.get("tokens_out", 0)
-        tokens["cached"] += record.get("tokens_cached", 0)
-        dists = self.dists
-        for name, value in distribution_values(record).items():
-            dists[name].add(value)
+        tokens["input"] += tokens_in
+        tokens["output"] += tokens_out
+        tokens["cached"] += tokens_cached
+        for dist, value in zip(self.dists.values(), values, strict=True):
+            if value is not None:
+                dist.add(value)
         return self
 
     def merge(self, other: WindowStats, sketches: bool = True) -> WindowStats:
@@ -118,6 +137,19 @@ def window_of(records: Iterable[dict[str, Any]]) -> WindowStats:
     stats = WindowStats()
     for record in unique_requests(records):
         stats.add(record)
+    return stats
+
+
+def window_of_facts(facts: Iterable[Fact]) -> WindowStats:
+    """``window_of`` for records already reduced by ``fact_of`` (copies of a request counted once)."""
+    stats, seen = WindowStats(), set()
+    for fact in facts:
+        identity = fact[0]
+        if identity is not None:
+            if identity in seen:
+                continue
+            seen.add(identity)
+        stats.add_fact(fact)
     return stats
 
 

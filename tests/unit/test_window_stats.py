@@ -8,7 +8,14 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from infersight.flink_jobs import metrics_core as core
 from infersight.flink_jobs.sample_requests import REGIONS, sample_records
-from infersight.flink_jobs.window_stats import Cumulative, WindowStats, distribution_values, window_of
+from infersight.flink_jobs.window_stats import (
+    Cumulative,
+    WindowStats,
+    distribution_values,
+    fact_of,
+    window_of,
+    window_of_facts,
+)
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 
@@ -155,3 +162,18 @@ def test_late_records_of_a_series_are_one_element_and_count_each_request_once():
         assert first_end == min(r["end_ns"] for r in group)
         assert [json.loads(line) for line in F.late_json(element)] == group  # the late topic: every record
         assert F.late_region(element) == group[0]["region"]
+
+
+def test_window_of_facts_equals_window_of_records_and_counts_a_repeated_request_once():
+    recs = records(2_000)
+    facts = [fact_of(r) for r in recs]
+    facts += facts[:50]  # a gateway re-sent a batch: same trace and span ids
+    from_facts, from_records = window_of_facts(facts), window_of(recs)
+    assert from_facts.requests == from_records.requests == len(recs)
+    assert from_facts.errors == from_records.errors and from_facts.tokens == from_records.tokens
+    for field, dist in from_records.dists.items():
+        other = from_facts.dists[field]
+        assert (other.counts, other.n, other.total) == (dist.counts, dist.n, dist.total), field
+        assert other.quantile(0.99) == dist.quantile(0.99), field
+    no_ids = [fact_of({**r, "span_id": ""}) for r in recs[:10]] * 2  # older producers: all kept
+    assert window_of_facts(no_ids).requests == 20
