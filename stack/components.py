@@ -21,6 +21,9 @@ REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
 GATEWAY_MEMORY_LIMIT_MIB = 256
 SINK_MEMORY_LIMIT_MIB = 256
 KAFKA_HEAP = "-Xmx512m"
+# Each task manager embeds one CPython (thread mode) whose GIL all its Python operators share: one task
+# manager caps the jobs' Python at one core; with two (slots spread, see flink/config.yaml) the jobs use both.
+TASK_MANAGERS = 2
 
 
 @dataclass
@@ -97,7 +100,7 @@ class StackLayout:
             *(self.gateway(i, r) for i, r in enumerate(self.regions)),
             self.sink(),
             self.flink_jobmanager(),
-            self.flink_taskmanager(),
+            *(self.flink_taskmanager(i) for i in range(TASK_MANAGERS)),
         ]
 
     def kafka(self) -> Component:
@@ -282,15 +285,18 @@ class StackLayout:
             prepare=self.write_flink_conf,
         )
 
-    def flink_taskmanager(self) -> Component:
-        def registered() -> bool:
-            overview = http_json(f"{self.flink_rest_url}/overview") or {}
-            return overview.get("taskmanagers", 0) >= 1
+    def flink_taskmanager(self, index: int = 0) -> Component:
+        name = "flink-taskmanager" if index == 0 else f"flink-taskmanager-{index + 1}"
+
+        def registered() -> bool:  # this one, by the resource id it registers with
+            listing = http_json(f"{self.flink_rest_url}/taskmanagers") or {}
+            return any(tm.get("id") == name for tm in listing.get("taskmanagers", ()))
 
         return Component(
-            name="flink-taskmanager",
-            argv=["bash", str(paths.pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground"],
-            log=self.logs / "flink-taskmanager.log",
+            name=name,
+            argv=["bash", str(paths.pyflink_home() / "bin" / "taskmanager.sh"), "start-foreground",
+                  f"-Dtaskmanager.resource-id={name}"],
+            log=self.logs / f"{name}.log",
             ports={},
             healthy=registered,
             env=self._flink_env(),
