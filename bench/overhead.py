@@ -11,6 +11,12 @@ Measures CPU time (process_time) per request:
 - per token: one ``req.token()`` call (loop overhead included).
 Both span pipelines end in a BatchSpanProcessor with an exporter that drops everything, so the export
 thread's work is part of the process CPU measured. Not a test: figures go to the results file.
+
+The absolute targets (untraced request, per token) were set on a machine where the issue's reference
+operations (the plain SDK's request of six spans and two histogram records; one span with nine
+attributes; one histogram record) cost 195, 23.5 and 6.8 µs. The same operations are measured here
+(``reference_sdk_us``) and the untraced and per-token figures are also reported at the reference's speed
+(``*_at_reference``: divided by ``machine_vs_reference``, the request's cost here over 195 µs).
 """
 
 from __future__ import annotations

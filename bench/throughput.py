@@ -11,7 +11,7 @@ Starts its own stack (fresh, free ports, in a temporary folder) and stops it at 
 bench/results/throughput.json and bench/results/throughput.png. Each step's fleet has its own model
 names, so its requests are counted apart: a step is *held* when every request the simulator's ledger
 counted is in Prometheus exactly once, the simulator kept its schedule, and freshness p99 stayed
-bounded (below --max-freshness-s).
+at or under --max-freshness-s (default 20 s, the goal's bar).
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two steps of 60 s")
     parser.add_argument("--steps", help="offered requests/s per step, comma-separated")
     parser.add_argument("--step-s", type=float, help="seconds per step (default 300; quick 60)")
-    parser.add_argument("--max-freshness-s", type=float, default=60.0)
+    parser.add_argument("--max-freshness-s", type=float, default=20.0,
+                        help="a step is held only if freshness p99 stays at or under this (the issue: 20 s)")
     parser.add_argument("--all-steps", action="store_true", help="do not stop at the first step not held")
     args = parser.parse_args()
     steps = [float(s) for s in (args.steps or ("1000,2000" if args.quick else "1000,2000,3000,4000,6000,8000,10000"))
@@ -277,13 +278,18 @@ def judge(prom_url: str, watcher: Watcher, step: dict[str, Any], max_freshness_s
     n = counted(prom_url, step["tag"])
     p50, p99, missing = freshness(ledger, watcher.seen[step["tag"]])
     lost, double = max(0, ledger.total - n), max(0, n - ledger.total)
-    held = (lost == 0 and double == 0 and step["delivered"] and step["max_behind_s"] <= 2.0
-            and p99 is not None and p99 <= max_freshness_s)
+    not_held = [why for why, failed in (
+        (f"{lost} requests lost", lost > 0), (f"{double} requests counted twice", double > 0),
+        ("the simulator could not deliver its exports", not step["delivered"]),
+        (f"the simulator fell {step['max_behind_s']} s behind schedule", step["max_behind_s"] > 2.0),
+        (f"freshness p99 {p99} s over {max_freshness_s} s", p99 is None or p99 > max_freshness_s)) if failed]
+    held = not not_held
     row = {"offered_rps": step["offered_rps"], "achieved_rps": step["achieved_rps"],
            "counted_rps": round(n / step["wall_s"], 1), "sent": ledger.total, "counted": n, "lost_requests": lost,
            "double_counted_requests": double, "freshness_p50_s": p50, "freshness_p99_s": p99,
            "requests_in_windows_never_seen": missing, "wall_s": round(step["wall_s"], 1),
-           "max_behind_s": step["max_behind_s"], "held": held, "cpu_cores": step["cpu_cores"],
+           "max_behind_s": step["max_behind_s"], "held": held, "not_held_because": not_held,
+           "cpu_cores": step["cpu_cores"],
            "peak_rss_mib": step["peak_rss_mib"]}
     row["bottleneck"] = bottleneck(step, os.cpu_count() or 2)
     return row
