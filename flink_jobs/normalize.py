@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from infersight.flink_jobs.kafka_io import kafka_sink
 from infersight.flink_jobs.pod_gauges import gauges_from_payload
-from infersight.flink_jobs.span_records import Rejected, TimeBounds, records_from_payload
+from infersight.flink_jobs.span_records import Rejected, TimeBounds, record_dicts_from_payload
 from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
 
 JOB = "infersight-normalize"
@@ -64,13 +64,13 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
                     yield PODS.name, json.dumps(gauge, **_JSON), gauge["time_ns"] // MS
             return
         batch, last_end_ns = [], 0
-        for item in records_from_payload(payload, now_ns, bounds):
+        for item in record_dicts_from_payload(payload, now_ns, bounds):  # records as their to_dict()
             if isinstance(item, Rejected):
                 yield DLQ.name, dead_letter("; ".join(item.problems), item.problems, topic, partition, offset,
                                             item.span_bytes, item.trace_id), now_ms
             else:
-                batch.append(item.to_dict())
-                last_end_ns = max(last_end_ns, item.end_ns)
+                batch.append(item)
+                last_end_ns = max(last_end_ns, item["end_ns"])
         if batch:
             if on_batch is not None:
                 on_batch(len(batch))
@@ -150,8 +150,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source-topics", default=f"{OTLP_REQUESTS.name},{OTLP_METRICS.name}")
     parser.add_argument("--max-future-s", type=float, default=DEFAULT_BOUNDS.max_future_s)
     parser.add_argument("--max-age-s", type=float, default=DEFAULT_BOUNDS.max_age_s)
+    parser.add_argument("--checkpoint-s", type=float, default=2.0,
+                        help="checkpoint interval: read_committed readers see this job's output only at "
+                             "checkpoints, so it is on the freshness path (the cluster default is 5 s)")
     args = parser.parse_args(argv)
     env = execution_environment()
+    env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, TimeBounds(args.max_future_s, args.max_age_s),
           args.source_topics.split(","))
     env.execute(JOB)

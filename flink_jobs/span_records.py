@@ -11,21 +11,27 @@ dead-lettered: the full-trace topic carries them legitimately.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from infersight.flink_jobs.otlp_spans import any_value
+from infersight.flink_jobs.otlp_spans import TracesView, any_value
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
-from infersight.schemas.records import RequestRecord, validate
+from infersight.schemas.records import _SLACK_S, FINISH_REASONS, RequestRecord, validate
 
 NS = 1e9
 MAX_DIMENSION_CHARS = 256  # model, version, region, error type: metric labels downstream
 MAX_STRING_CHARS = 4096    # any other string attribute we read
+_ERROR = Status.STATUS_CODE_ERROR
+_ENGINE_DEFAULTS = {"infersight": "custom", "vllm": "vllm", "triton": "triton"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +55,25 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "double": (float, int), "s
 
 
 class _Reader:
-    """Typed access to one span's attributes that collects a problem per bad value."""
+    """Typed access to one span's attributes that collects a problem per bad value.
 
-    def __init__(self, attrs: dict[str, Any], resource: dict[str, Any], problems: list[str]) -> None:
+    ``attrs`` maps each key to its raw ``AnyValue``, converted only when read: a root span carries ~20
+    attributes, and converting all of them up front was a quarter of the normaliser's cost. ``double``,
+    ``integer`` and ``string`` take the common case (the value has the expected type) straight from the
+    message (``HasField`` costs a fraction of ``WhichOneof``) and leave the rest (absent from the span
+    but on the resource, another type, too long) to ``_check``, which words the problems."""
+
+    __slots__ = ("attrs", "resource", "problems")
+
+    def __init__(self, attrs: Mapping[str, AnyValue], resource: dict[str, Any], problems: list[str]) -> None:
         self.attrs, self.resource, self.problems = attrs, resource, problems
 
     def get(self, name: str, typ: str, *, limit: int = MAX_STRING_CHARS, from_resource: bool = False) -> Any:
-        value = self.attrs.get(name)
+        return self._check(name, self.attrs.get(name), typ, limit, from_resource)
+
+    def _check(self, name: str, raw: AnyValue | None, typ: str, limit: int, from_resource: bool) -> Any:
+        """``get`` for an attribute already looked up (``raw``: its AnyValue, None when absent)."""
+        value = None if raw is None else any_value(raw)
         if value is None and from_resource:
             value = self.resource.get(name)
         if value is None:
@@ -68,6 +86,30 @@ class _Reader:
             return None
         return float(value) if typ == "double" else value
 
+    def double(self, name: str) -> float | None:
+        raw = self.attrs.get(name)
+        if raw is None:
+            return None
+        if raw.HasField("double_value"):
+            return raw.double_value
+        return self._check(name, raw, "double", MAX_STRING_CHARS, False)
+
+    def integer(self, name: str) -> int | None:
+        raw = self.attrs.get(name)
+        if raw is None:
+            return None
+        if raw.HasField("int_value"):
+            return raw.int_value
+        return self._check(name, raw, "int", MAX_STRING_CHARS, False)
+
+    def string(self, name: str, limit: int = MAX_STRING_CHARS, from_resource: bool = False) -> str | None:
+        raw = self.attrs.get(name)
+        if raw is not None and raw.HasField("string_value"):
+            value = raw.string_value
+            if len(value) <= limit:
+                return value
+        return self._check(name, raw, "string", limit, from_resource)
+
     def first(self, typ: str, *names: str) -> Any:
         for name in names:
             value = self.get(name, typ)
@@ -76,68 +118,85 @@ class _Reader:
         return None
 
 
-def source_of(span: Span, attrs: dict[str, Any]) -> str | None:
+def source_of(span: Span, attrs: Mapping[str, Any]) -> str | None:
     """Which request-level source a span is, or None for any other span."""
     if A.E2E in attrs:
         return "infersight"
     if A.VLLM_LATENCY_E2E in attrs or span.name == "llm_request":
         return "vllm"
-    if T.TRITON_MODEL_NAME in attrs or any(e.name == T.REQUEST_START for e in span.events):
+    if T.TRITON_MODEL_NAME in attrs:
+        return "triton"
+    events = span.events
+    if events and any(e.name == T.REQUEST_START for e in events):  # most spans have none: skip the generator
         return "triton"
     return None
 
 
-def _finish_reason(reader: _Reader, span: Span, error: str | None) -> str | None:
-    reasons = reader.attrs.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
+_FINISH_REASON_ENCODINGS = {
+    AnyValue(array_value=ArrayValue(values=[AnyValue(string_value=r)])).SerializeToString(): r for r in FINISH_REASONS}
+
+
+def _finish_reason(reader: _Reader, failed: bool, error: str | None) -> str | None:
+    raw = reader.attrs.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
+    if raw is None:
+        reasons = None
+    else:
+        # The common case, ["stop"] or another of the contract's reasons: one lookup by the value's encoding
+        # (exactly these bytes are exactly that array) instead of converting the array.
+        reason = _FINISH_REASON_ENCODINGS.get(raw.SerializeToString())
+        if reason is not None:
+            return reason
+        reasons = any_value(raw)
     if isinstance(reasons, list) and reasons and isinstance(reasons[0], str):
         return reasons[0]  # validate() names it if it is not one of the contract's reasons
     if reasons is not None and not isinstance(reasons, list):
         reader.problems.append(f"{A.GEN_AI_RESPONSE_FINISH_REASONS}: expected string[], got "
                                f"{type(reasons).__name__}")
-    return "error" if error or span.status.code == Status.STATUS_CODE_ERROR else "stop"
+    return "error" if error or failed else "stop"
 
 
 def _common(reader: _Reader, span: Span, engine_default: str) -> dict[str, Any]:
-    error = reader.get(A.ERROR_TYPE, "string", limit=MAX_DIMENSION_CHARS)
-    if error is None and span.status.code == Status.STATUS_CODE_ERROR:
+    failed = span.status.code == _ERROR
+    error = reader.string(A.ERROR_TYPE, MAX_DIMENSION_CHARS)
+    if error is None and failed:
         error = "_OTHER"  # semconv's fallback error.type when the span only says it failed
-    engine = reader.get(A.ENGINE, "string", limit=MAX_DIMENSION_CHARS, from_resource=True) or engine_default
+    engine = reader.string(A.ENGINE, MAX_DIMENSION_CHARS, from_resource=True) or engine_default
     if engine not in A.ENGINES:
         reader.problems.append(f"{A.ENGINE}: unknown engine {engine!r} (known: {', '.join(A.ENGINES)})")
     return {
         "region": reader.resource.get(A.CLOUD_REGION),
-        "model_version": reader.get(A.MODEL_VERSION, "string", limit=MAX_DIMENSION_CHARS, from_resource=True) or "",
-        "track": reader.get(A.DEPLOYMENT_TRACK, "string", limit=MAX_DIMENSION_CHARS, from_resource=True) or "stable",
+        "model_version": reader.string(A.MODEL_VERSION, MAX_DIMENSION_CHARS, from_resource=True) or "",
+        "track": reader.string(A.DEPLOYMENT_TRACK, MAX_DIMENSION_CHARS, from_resource=True) or "stable",
         "engine": engine,
         "error_type": error,
-        "finish_reason": _finish_reason(reader, span, error),
+        "finish_reason": _finish_reason(reader, failed, error),
     }
 
 
 def _ours(reader: _Reader) -> dict[str, Any]:
-    g, d = reader.get, "double"
+    d, i = reader.double, reader.integer
     return {
-        "model": g(A.GEN_AI_REQUEST_MODEL, "string", limit=MAX_DIMENSION_CHARS),
-        "e2e_s": g(A.E2E, d), "ttft_s": g(A.TTFT, d), "queue_s": g(A.QUEUE_DURATION, d),
-        "prefill_s": g(A.PREFILL_DURATION, d), "decode_s": g(A.DECODE_DURATION, d),
-        "itl_count": g(A.ITL_COUNT, "int") or 0, "itl_mean_s": g(A.ITL_MEAN, d), "itl_p50_s": g(A.ITL_P50, d),
-        "itl_p90_s": g(A.ITL_P90, d), "itl_p99_s": g(A.ITL_P99, d), "itl_max_s": g(A.ITL_MAX, d),
-        "tokens_in": g(A.GEN_AI_USAGE_INPUT_TOKENS, "int") or 0,
-        "tokens_out": g(A.GEN_AI_USAGE_OUTPUT_TOKENS, "int") or 0,
-        "tokens_cached": g(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, "int") or 0,
+        "model": reader.string(A.GEN_AI_REQUEST_MODEL, MAX_DIMENSION_CHARS),
+        "e2e_s": d(A.E2E), "ttft_s": d(A.TTFT), "queue_s": d(A.QUEUE_DURATION),
+        "prefill_s": d(A.PREFILL_DURATION), "decode_s": d(A.DECODE_DURATION),
+        "itl_count": i(A.ITL_COUNT) or 0, "itl_mean_s": d(A.ITL_MEAN), "itl_p50_s": d(A.ITL_P50),
+        "itl_p90_s": d(A.ITL_P90), "itl_p99_s": d(A.ITL_P99), "itl_max_s": d(A.ITL_MAX),
+        "tokens_in": i(A.GEN_AI_USAGE_INPUT_TOKENS) or 0,
+        "tokens_out": i(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0,
+        "tokens_cached": i(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS) or 0,
     }
 
 
 def _vllm(reader: _Reader) -> dict[str, Any]:
-    g, d = reader.get, "double"
+    d = reader.double
     return {
         "model": reader.first("string", A.GEN_AI_RESPONSE_MODEL, A.GEN_AI_REQUEST_MODEL),
-        "e2e_s": g(A.VLLM_LATENCY_E2E, d), "ttft_s": g(A.VLLM_LATENCY_TTFT, d),
-        "queue_s": g(A.VLLM_LATENCY_QUEUE, d), "prefill_s": g(A.VLLM_LATENCY_PREFILL, d),
-        "decode_s": g(A.VLLM_LATENCY_DECODE, d),
+        "e2e_s": d(A.VLLM_LATENCY_E2E), "ttft_s": d(A.VLLM_LATENCY_TTFT),
+        "queue_s": d(A.VLLM_LATENCY_QUEUE), "prefill_s": d(A.VLLM_LATENCY_PREFILL),
+        "decode_s": d(A.VLLM_LATENCY_DECODE),
         "tokens_in": reader.first("int", A.GEN_AI_USAGE_INPUT_TOKENS, A.VLLM_USAGE_PROMPT_TOKENS) or 0,
         "tokens_out": reader.first("int", A.GEN_AI_USAGE_OUTPUT_TOKENS, A.VLLM_USAGE_COMPLETION_TOKENS) or 0,
-        "tokens_cached": g(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, "int") or 0,
+        "tokens_cached": reader.integer(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS) or 0,
     }
 
 
@@ -156,13 +215,57 @@ def _triton(reader: _Reader, span: Span) -> dict[str, Any]:
     }
 
 
-def span_to_record(span: Span, resource: dict[str, Any], now_ns: int, bounds: TimeBounds
-                   ) -> RequestRecord | list[str] | None:
-    """The record of one request-level span, its problems, or None when the span is not request-level."""
-    attrs = {kv.key: any_value(kv.value) for kv in span.attributes}
-    source = source_of(span, attrs)
-    if source is None:
-        return None
+# RequestRecord(**fields).to_dict() without the dataclass: its fields in order, with their defaults (the
+# required ones, None here, are always set). A copy updated with the fields keeps this order, so the JSON
+# is byte for byte the same.
+_RECORD_TEMPLATE: dict[str, Any] = {
+    f.name: None if f.default is MISSING else f.default for f in dataclass_fields(RequestRecord)}
+_ZERO_TRACE_ID, _ZERO_SPAN_ID = "0" * 32, "0" * 16
+_INF = float("inf")
+
+
+def _surely_valid(r: dict[str, Any]) -> bool:
+    """True only when ``validate(r)`` would find nothing, for a record built by ``_record_fields``: the
+    contract's checks, minus what building the record guarantees (times set and ordered, region a short
+    string, model a string or None, ids lowercase hex, no other keys). A seventh of ``validate``'s cost;
+    ``validate`` stays the judge: whatever this does not accept goes to it, and it words the problems."""
+    e2e = r["e2e_s"]
+    if (type(e2e) is not float or not 0.0 <= e2e <= (r["end_ns"] - r["start_ns"]) / 1e9 + _SLACK_S
+            or len(r["trace_id"]) != 32 or r["trace_id"] == _ZERO_TRACE_ID
+            or not r["model"] or r["track"] not in A.TRACKS or r["finish_reason"] not in FINISH_REASONS):
+        return False
+    span_id = r["span_id"]
+    if span_id and (len(span_id) != 16 or span_id == _ZERO_SPAN_ID):
+        return False
+    limit = e2e + _SLACK_S
+    for name in ("ttft_s", "queue_s", "prefill_s", "decode_s"):
+        value = r[name]
+        if value is not None and not (type(value) is float and 0.0 <= value <= limit):
+            return False
+    low = 0.0  # itl percentiles: each finite, non-negative, and none below the one before
+    for name in ("itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_max_s"):
+        value = r[name]
+        if value is not None:
+            if not (type(value) is float and low <= value < _INF):
+                return False
+            low = value
+    mean, count, tokens_in, tokens_out, cached = (r["itl_mean_s"], r["itl_count"], r["tokens_in"],
+                                                  r["tokens_out"], r["tokens_cached"])
+    if mean is not None and not (type(mean) is float and 0.0 <= mean < _INF):
+        return False
+    if not (type(count) is int and type(tokens_in) is int and type(tokens_out) is int and type(cached) is int
+            and count >= 0 and tokens_out >= 0 and 0 <= cached <= tokens_in):
+        return False
+    if (count > 0 and mean is None) or (tokens_out > 0 and r["ttft_s"] is None):
+        return False
+    error = r["error_type"]
+    return error is None or (type(error) is str and error != "")
+
+
+def _record_fields(span: Span, source: str, attrs: Mapping[str, AnyValue], resource: dict[str, Any],
+                   now_ns: int, bounds: TimeBounds) -> dict[str, Any] | list[str]:
+    """``span_to_record``'s work for a request-level span of ``source``, with the record as its
+    ``to_dict()``; ``attrs`` maps each attribute key to its AnyValue."""
     problems: list[str] = []
     reader = _Reader(attrs, resource, problems)
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
@@ -182,7 +285,7 @@ def span_to_record(span: Span, resource: dict[str, Any], now_ns: int, bounds: Ti
     if not isinstance(region, str) or not region or len(region) > MAX_DIMENSION_CHARS:
         problems.append(f"{A.CLOUD_REGION}: missing or not a short string on the resource "
                         "(the regional gateway stamps it)")
-    fields = _common(reader, span, {"infersight": "custom", "vllm": "vllm", "triton": "triton"}[source])
+    fields = _common(reader, span, _ENGINE_DEFAULTS[source])
     if source == "infersight":
         fields.update(_ours(reader))
     elif source == "vllm":
@@ -194,10 +297,75 @@ def span_to_record(span: Span, resource: dict[str, Any], now_ns: int, bounds: Ti
         problems.append(f"{A.GEN_AI_REQUEST_MODEL}: missing")
     if problems:
         return problems
-    fields.update(trace_id=span.trace_id.hex(), span_id=span.span_id.hex(), start_ns=start, end_ns=end)
-    record = RequestRecord(**fields)
-    contract = validate(record)
-    return contract or record
+    record = _RECORD_TEMPLATE.copy()
+    record.update(fields)
+    record.update(trace_id=span.trace_id.hex(), span_id=span.span_id.hex(), start_ns=start, end_ns=end)
+    if _surely_valid(record):
+        return record
+    return validate(record) or record
+
+
+def span_to_record(span: Span, resource: dict[str, Any], now_ns: int, bounds: TimeBounds
+                   ) -> RequestRecord | list[str] | None:
+    """The record of one request-level span, its problems, or None when the span is not request-level."""
+    attrs = {kv.key: kv.value for kv in span.attributes}
+    source = source_of(span, attrs)
+    if source is None:
+        return None
+    result = _record_fields(span, source, attrs, resource, now_ns, bounds)
+    return RequestRecord(**result) if isinstance(result, dict) else result
+
+
+def _rejected(request: ExportTraceServiceRequest, at: tuple[int, int, int], problems: list[str]) -> Rejected:
+    """The span at ``at`` (resource, scope, span index) alone, with its resource and scope."""
+    resource_spans = request.resource_spans[at[0]]
+    scope_spans = resource_spans.scope_spans[at[1]]
+    span = scope_spans.spans[at[2]]
+    single = ExportTraceServiceRequest()
+    rs = single.resource_spans.add()
+    rs.resource.CopyFrom(resource_spans.resource)
+    ss = rs.scope_spans.add()
+    ss.scope.CopyFrom(scope_spans.scope)
+    ss.spans.add().CopyFrom(span)
+    return Rejected(problems, single.SerializeToString(), span.trace_id.hex())
+
+
+def record_dicts_from_payload(payload: bytes, now_ns: int, bounds: TimeBounds | None = None
+                              ) -> Iterator[dict[str, Any] | Rejected]:
+    """``records_from_payload`` with each record as its ``RequestRecord.to_dict()``, built directly: what
+    the normaliser writes, without a dataclass per request only to turn it back into a dict.
+
+    Raises ``google.protobuf.message.DecodeError`` when the bytes are not an OTLP trace request."""
+    bounds = bounds or TimeBounds()
+    request: ExportTraceServiceRequest | None = None  # the contract's own type: parsed only when needed
+    try:
+        view = TracesView.FromString(payload)  # attributes as maps: see TracesView
+    except DecodeError:
+        view = None
+    if view is None:  # raise the contract type's own error; should it parse after all, read it instead
+        request = ExportTraceServiceRequest.FromString(payload)
+    message: Any = request if view is None else view
+    for i, resource_spans in enumerate(message.resource_spans):
+        resource = {kv.key: any_value(kv.value) for kv in resource_spans.resource.attributes}
+        for j, scope_spans in enumerate(resource_spans.scope_spans):
+            for k, span in enumerate(scope_spans.spans):
+                if view is not None and not UnknownFieldSet(span):
+                    attrs = span.attributes
+                else:  # see TracesView: this span's attributes need the KeyValue list
+                    if request is None:
+                        request = ExportTraceServiceRequest.FromString(payload)
+                    span = request.resource_spans[i].scope_spans[j].spans[k]
+                    attrs = {kv.key: kv.value for kv in span.attributes}
+                source = source_of(span, attrs)
+                if source is None:  # not request-level: skipped (the full-trace topic carries them)
+                    continue
+                result = _record_fields(span, source, attrs, resource, now_ns, bounds)
+                if isinstance(result, dict):
+                    yield result
+                    continue
+                if request is None:
+                    request = ExportTraceServiceRequest.FromString(payload)
+                yield _rejected(request, (i, j, k), result)
 
 
 def records_from_payload(payload: bytes, now_ns: int, bounds: TimeBounds | None = None
@@ -205,21 +373,5 @@ def records_from_payload(payload: bytes, now_ns: int, bounds: TimeBounds | None 
     """Every request-level span of one OTLP trace batch, as a record or a rejection.
 
     Raises ``google.protobuf.message.DecodeError`` when the bytes are not an OTLP trace request."""
-    bounds = bounds or TimeBounds()
-    request = ExportTraceServiceRequest.FromString(payload)
-    for resource_spans in request.resource_spans:
-        resource = {kv.key: any_value(kv.value) for kv in resource_spans.resource.attributes}
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                result = span_to_record(span, resource, now_ns, bounds)
-                if result is None or isinstance(result, RequestRecord):
-                    if result is not None:
-                        yield result
-                    continue
-                single = ExportTraceServiceRequest()
-                rs = single.resource_spans.add()
-                rs.resource.CopyFrom(resource_spans.resource)
-                ss = rs.scope_spans.add()
-                ss.scope.CopyFrom(scope_spans.scope)
-                ss.spans.add().CopyFrom(span)
-                yield Rejected(result, single.SerializeToString(), span.trace_id.hex())
+    for item in record_dicts_from_payload(payload, now_ns, bounds):
+        yield item if isinstance(item, Rejected) else RequestRecord(**item)

@@ -10,6 +10,7 @@ import time
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -19,10 +20,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from infersight.flink_jobs.normalize import normalize
 from infersight.flink_jobs.otlp_requests import encode_requests
 from infersight.flink_jobs.sample_requests import sample_records
+from infersight.flink_jobs.span_records import TimeBounds, records_from_payload, span_to_record
 from infersight.instrumentation import Instrumentation
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
-from infersight.schemas.records import RequestRecord, parse_batch
+from infersight.schemas.records import RECORD_FIELDS, RequestRecord, parse_batch
 from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS
 from tests.bad_telemetry import KINDS, NOW, bad_payload, make_payload, make_span
 
@@ -127,3 +129,56 @@ def test_bad_spans_do_not_take_the_good_ones_in_the_same_batch_with_them():
     records, dead = run(req.SerializeToString())
     assert [r["trace_id"] for r in records] == [r.trace_id for r in good]
     assert len(dead) == 1 and dead[0]["trace_id"] == "ab" * 16
+
+
+def _source_span(source: str):
+    """One request-level span of ``source``, with every attribute the mapping reads, and its record."""
+    t0 = NOW - 2 * 10**9
+    ids = {"trace_id": "ab" * 16, "span_id": "01" * 8, "region": "us-east-1", "start_ns": t0, "end_ns": t0 + 10**9}
+    if source == "ours":
+        span = make_span(**{A.E2E: 0.5, A.TTFT: 0.1, A.QUEUE_DURATION: 0.02, A.PREFILL_DURATION: 0.05,
+                            A.DECODE_DURATION: 0.4, A.ITL_COUNT: 4, A.ITL_MEAN: 0.1, A.ITL_P50: 0.09,
+                            A.ITL_P90: 0.12, A.ITL_P99: 0.13, A.ITL_MAX: 0.13, A.GEN_AI_REQUEST_MODEL: "m",
+                            A.GEN_AI_USAGE_INPUT_TOKENS: 10, A.GEN_AI_USAGE_OUTPUT_TOKENS: 5,
+                            A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: 2, A.ENGINE: "vllm",
+                            A.DEPLOYMENT_TRACK: "canary", A.MODEL_VERSION: "v2"})
+        span.name = "chat m"
+        span.attributes.append(KeyValue(key=A.GEN_AI_RESPONSE_FINISH_REASONS, value=AnyValue(
+            array_value=ArrayValue(values=[AnyValue(string_value="length")]))))
+        expected = RequestRecord(
+            **ids, model="m", e2e_s=0.5, model_version="v2", track="canary", engine="vllm", ttft_s=0.1,
+            queue_s=0.02, prefill_s=0.05, decode_s=0.4, itl_count=4, itl_mean_s=0.1, itl_p50_s=0.09,
+            itl_p90_s=0.12, itl_p99_s=0.13, itl_max_s=0.13, tokens_in=10, tokens_out=5, tokens_cached=2,
+            finish_reason="length")
+    elif source == "vllm":
+        span = make_span(**{A.GEN_AI_RESPONSE_MODEL: "tiny", A.VLLM_LATENCY_E2E: 0.9, A.VLLM_LATENCY_TTFT: 0.2,
+                            A.VLLM_LATENCY_QUEUE: 0.05, A.VLLM_LATENCY_PREFILL: 0.15, A.VLLM_LATENCY_DECODE: 0.7,
+                            A.VLLM_USAGE_PROMPT_TOKENS: 12, A.VLLM_USAGE_COMPLETION_TOKENS: 30,
+                            A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: 4, A.ERROR_TYPE: "timeout"})
+        expected = RequestRecord(
+            **ids, model="tiny", e2e_s=0.9, engine="vllm", ttft_s=0.2, queue_s=0.05, prefill_s=0.15,
+            decode_s=0.7, tokens_in=12, tokens_out=30, tokens_cached=4, finish_reason="error", error_type="timeout")
+    else:
+        span = make_span(**{T.TRITON_MODEL_NAME: "resnet", T.TRITON_MODEL_VERSION: "3"})
+        span.name = "resnet"
+        for name, dt in ((T.REQUEST_START, 0), (T.QUEUE_START, 1_000_000), (T.COMPUTE_START, 5_000_000),
+                         (T.COMPUTE_END, 25_000_000), (T.REQUEST_END, 26_000_000)):
+            span.events.add(name=name, time_unix_nano=t0 + dt)
+        expected = RequestRecord(**ids, model="resnet", e2e_s=0.026, model_version="3", engine="triton",
+                                 queue_s=0.004, decode_s=0.02, finish_reason="stop")
+    return span, expected
+
+
+@pytest.mark.parametrize("source", ["ours", "vllm", "triton"])
+def test_each_source_becomes_exactly_its_record_by_every_path(source):
+    """normalize builds the record's dict directly, from map-typed attributes; span_to_record and
+    records_from_payload go through RequestRecord. All three give exactly the expected record, in the
+    record's field order (the JSON is the same byte for byte)."""
+    span, expected = _source_span(source)
+    payload = make_payload(span)
+    [record], dead = run(payload)
+    assert dead == []
+    assert record == expected.to_dict() and list(record) == list(RECORD_FIELDS)
+    [from_payload] = records_from_payload(payload, time.time_ns())
+    assert from_payload == expected
+    assert span_to_record(span, {A.CLOUD_REGION: "us-east-1"}, time.time_ns(), TimeBounds()) == expected
