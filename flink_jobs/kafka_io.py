@@ -19,6 +19,9 @@ def kafka_sink(brokers: str, topic: str, deployment: str, value_schema=None, exa
         # Longer than a restart takes, shorter than the broker's transaction.max.timeout.ms (15 min).
         .set_property("transaction.timeout.ms", "600000")
         .set_property("compression.type", "zstd")
+        # Uncompressed; the default 1 MB fails the job in a loop on one big record (a dead letter carries
+        # its whole payload). The broker's message.max.bytes (8 MiB) bounds the compressed batch.
+        .set_property("max.request.size", "8388608")
     )
     if exactly_once:
         return (builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)

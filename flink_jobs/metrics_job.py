@@ -109,7 +109,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--brokers", required=True)
     parser.add_argument("--group-id", default=JOB)
     parser.add_argument("--window-s", type=float, default=10.0)
-    parser.add_argument("--out-of-orderness-s", type=float, default=5.0)
+    parser.add_argument("--out-of-orderness-s", type=float, default=3.0,
+                        help="how far behind its partition's newest a request's end may be and still make its "
+                             "window; it waits in every window's freshness. Pods must export within it: set "
+                             "OTEL_BSP_SCHEDULE_DELAY <= 2000 (the SDK's default 5 s makes late records: counted, "
+                             "but not in their window's gauges and quantiles) or raise this")
     parser.add_argument("--idle-s", type=float, default=30.0,
                         help="a source partition silent this long is idle (keep it above the checkpoint interval: "
                              "read_committed readers get each transaction's records at once, at checkpoints)")

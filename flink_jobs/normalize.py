@@ -27,6 +27,9 @@ from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, PODS, RE
 JOB = "infersight-normalize"
 DEFAULT_BOUNDS = TimeBounds()
 MS = 1_000_000
+# Records per output message: a gateway batch holds up to 2,048 request spans, and 2,048 records (~1.1 MB of
+# JSON) went over the producer's 1 MB max.request.size, failing the job in a loop (measured at 4,000/s).
+MAX_BATCH_RECORDS = 1000
 _JSON = {"separators": (",", ":")}
 
 
@@ -50,10 +53,11 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
     """Pure core: ``(output topic, JSON value, event time ms)`` for one Kafka record of either input topic.
 
     The request records of one input record leave as one batch (a JSON array: ``schemas.records``
-    ``parse_batch`` reads it): per element, not per request, is what a PyFlink operator pays for, so
-    the downstream jobs handle a batch per Kafka record. The event time (the batch's latest request
-    end, a gauge's time; now for dead letters) becomes the output's Kafka timestamp, so downstream jobs
-    get per-partition watermarks in the JVM without parsing the JSON."""
+    ``parse_batch`` reads it; several when over ``MAX_BATCH_RECORDS``): per element, not per request,
+    is what a PyFlink operator pays for, so the downstream jobs handle a batch per Kafka record. The
+    event time (the batch's latest request end, a gauge's time; now for dead letters) becomes the
+    output's Kafka timestamp, so downstream jobs get per-partition watermarks in the JVM without
+    parsing the JSON."""
     now_ms = now_ns // MS
     try:
         if topic == OTLP_METRICS.name:
@@ -74,7 +78,12 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
         if batch:
             if on_batch is not None:
                 on_batch(len(batch))
-            yield REQUESTS.name, dump_batch(batch), last_end_ns // MS
+            if len(batch) <= MAX_BATCH_RECORDS:
+                yield REQUESTS.name, dump_batch(batch), last_end_ns // MS
+                return
+            for lo in range(0, len(batch), MAX_BATCH_RECORDS):
+                chunk = batch[lo:lo + MAX_BATCH_RECORDS]
+                yield REQUESTS.name, dump_batch(chunk), max(r["end_ns"] for r in chunk) // MS
     except DecodeError as exc:
         what = "metrics" if topic == OTLP_METRICS.name else "trace"
         reason = f"payload: not an OTLP {what} request (protobuf decode failed: {exc})"
@@ -150,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source-topics", default=f"{OTLP_REQUESTS.name},{OTLP_METRICS.name}")
     parser.add_argument("--max-future-s", type=float, default=DEFAULT_BOUNDS.max_future_s)
     parser.add_argument("--max-age-s", type=float, default=DEFAULT_BOUNDS.max_age_s)
-    parser.add_argument("--checkpoint-s", type=float, default=2.0,
+    parser.add_argument("--checkpoint-s", type=float, default=1.0,
                         help="checkpoint interval: read_committed readers see this job's output only at "
                              "checkpoints, so it is on the freshness path (the cluster default is 5 s)")
     args = parser.parse_args(argv)

@@ -109,7 +109,7 @@ def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(job
     # phase A: steady state, checkpointed
     sent += batch(model, 1500, t, seed=21, slow_region="ap-southeast-1")
     produce_requests(bootstrap, sent)
-    # a gateway re-sending a batch after a restart: 200 requests again (the newest, so within the 5 s
+    # a gateway re-sending a batch after a restart: 200 requests again (the newest, so within the 3 s
     # out-of-orderness, not late); the windows and the archive must count each once
     copies = sent[-200:]
     produce_requests(bootstrap, copies)

@@ -182,3 +182,17 @@ def test_each_source_becomes_exactly_its_record_by_every_path(source):
     [from_payload] = records_from_payload(payload, time.time_ns())
     assert from_payload == expected
     assert span_to_record(span, {A.CLOUD_REGION: "us-east-1"}, time.time_ns(), TimeBounds()) == expected
+
+
+def test_a_large_batch_leaves_in_messages_of_at_most_max_batch_records_each_stamped_with_its_own_latest_end():
+    from infersight.flink_jobs.normalize import MAX_BATCH_RECORDS
+
+    n = 2 * MAX_BATCH_RECORDS + 48  # a gateway batch of 2,048 request spans
+    records = list(sample_records(n, time.time_ns() - 20 * 10**9, 10.0, seed=9))
+    out = list(normalize(OTLP_REQUESTS.name, 0, 0, encode_requests(records), time.time_ns()))
+    assert [topic for topic, _, _ in out] == [REQUESTS.name] * 3
+    batches = [parse_batch(value) for _, value, _ in out]
+    assert [len(b) for b in batches] == [MAX_BATCH_RECORDS, MAX_BATCH_RECORDS, 48]
+    assert sorted(r["trace_id"] for b in batches for r in b) == sorted(r.trace_id for r in records)
+    assert [ts for _, _, ts in out] == [max(r["end_ns"] for r in b) // 10**6 for b in batches]
+    assert max(len(value.encode()) for _, value, _ in out) < 1_048_576  # the producer's default limit
