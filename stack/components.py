@@ -22,8 +22,9 @@ GATEWAY_MEMORY_LIMIT_MIB = 256
 SINK_MEMORY_LIMIT_MIB = 256
 KAFKA_HEAP = "-Xmx512m"
 # Each task manager embeds one CPython (thread mode) whose GIL all its Python operators share: one task
-# manager caps the jobs' Python at one core; with two (slots spread, see flink/config.yaml) the jobs use both.
-TASK_MANAGERS = 2
+# manager capped the jobs' Python at one core. Three, slots spread (see flink/config.yaml): one per job,
+# so no job waits for another's interpreter (with two, normalize shared one with archive and saturated it).
+TASK_MANAGERS = 3
 
 
 @dataclass
