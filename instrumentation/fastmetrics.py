@@ -43,6 +43,7 @@ class HistogramBank:
         self.scope_name, self.scope_version = scope_name, scope_version
         self._cumulative: dict[tuple, list] = {}
         self._deltas: dict[int, dict[tuple, list]] = {}  # id(reader) -> points since its last collect
+        self._targets: tuple[dict, ...] = (self._cumulative,)  # rebuilt when _deltas changes, not per record
         self._delta_start: dict[int, int] = {}
         self._start_ns = time.time_ns()
         self._lock = threading.Lock()
@@ -51,39 +52,22 @@ class HistogramBank:
         """Record ``(metric name, attribute-set key, attributes, value)`` observations under one lock."""
         spec = self._spec
         with self._lock:
-            if self._deltas:
-                self._record_all((self._cumulative, *self._deltas.values()), observations)
-                return
-            points = self._cumulative  # the usual case: cumulative readers only, one set of points
+            targets = self._targets  # the cumulative points, then each delta reader's
             for name, key, attrs, value in observations:
-                point = points.get((name, key))
-                if point is None:
-                    point = points[(name, key)] = _new_point(spec[name][1], attrs)
-                point[0][bisect_left(spec[name][0], value)] += 1
-                point[1] += value
-                point[2] += 1
-                if value < point[3]:
-                    point[3] = value
-                if value > point[4]:
-                    point[4] = value
-
-    def _record_all(self, targets: tuple[dict, ...], observations: Iterable[tuple[str, Any, dict, float]]) -> None:
-        spec = self._spec
-        for name, key, attrs, value in observations:
-            bounds, n_buckets, _unit, _desc = spec[name]
-            index = bisect_left(bounds, value)
-            full_key = (name, key)
-            for points in targets:
-                point = points.get(full_key)
-                if point is None:
-                    point = points[full_key] = _new_point(n_buckets, attrs)
-                point[0][index] += 1
-                point[1] += value
-                point[2] += 1
-                if value < point[3]:
-                    point[3] = value
-                if value > point[4]:
-                    point[4] = value
+                bounds, n_buckets, _unit, _desc = spec[name]
+                index = bisect_left(bounds, value)
+                full_key = (name, key)
+                for points in targets:
+                    point = points.get(full_key)
+                    if point is None:
+                        point = points[full_key] = _new_point(n_buckets, attrs)
+                    point[0][index] += 1
+                    point[1] += value
+                    point[2] += 1
+                    if value < point[3]:
+                        point[3] = value
+                    if value > point[4]:
+                        point[4] = value
 
     def collect(self, reader: Any) -> list:
         """SDK ``Metric`` objects for ``reader`` in its histogram temporality."""
@@ -98,6 +82,7 @@ class HistogramBank:
                 points = self._deltas.get(rid, {})
                 start = self._delta_start.get(rid, self._start_ns)
                 self._deltas[rid], self._delta_start[rid] = {}, now
+                self._targets = (self._cumulative, *self._deltas.values())
             else:
                 points, start = self._cumulative, self._start_ns
             snapshot = [(name, list(p[0]), p[1], p[2], p[3], p[4], p[5]) for (name, _k), p in points.items()]
@@ -142,6 +127,7 @@ class HistogramBank:
             with self._lock:
                 self._deltas.setdefault(id(reader), {})
                 self._delta_start.setdefault(id(reader), time.time_ns())
+                self._targets = (self._cumulative, *self._deltas.values())
 
 
 def _sdk_histogram_class() -> type:
