@@ -46,9 +46,14 @@ def itl_summary(token_times_ns: list[int]) -> ItlSummary | None:
                       gaps[i99] / NS, gaps[-1] / NS)
 
 
+# summary figures that become root attributes when present (a constant: no per-call tuples)
+_OPTIONAL_FIGURES = ((A.TTFT, "ttft_s"), (A.TPOT, "tpot_s"), (A.QUEUE_DURATION, "queue_s"),
+                     (A.PREFILL_DURATION, "prefill_s"), (A.DECODE_DURATION, "decode_s"),
+                     (A.GEN_AI_USAGE_INPUT_TOKENS, "tokens_in"))
+
+
 def root_attributes(req: RequestContext, s: dict[str, Any]) -> dict[str, Any]:
-    """The root span's attributes (also the record-only span's, so built for every request: unrolled,
-    no per-call tuples)."""
+    """The root span's attributes (also the record-only span's, so built for every request)."""
     attrs: dict[str, Any] = req._inst._base_span_attrs.copy()
     attrs[A.GEN_AI_OPERATION_NAME] = req.operation
     attrs[A.GEN_AI_REQUEST_MODEL] = req.model
@@ -60,24 +65,10 @@ def root_attributes(req: RequestContext, s: dict[str, Any]) -> dict[str, Any]:
         attrs[A.GEN_AI_RESPONSE_ID] = req._response_id
     if req._error is not None:
         attrs[A.ERROR_TYPE] = req._error
-    value = s["ttft_s"]
-    if value is not None:
-        attrs[A.TTFT] = value
-    value = s["tpot_s"]
-    if value is not None:
-        attrs[A.TPOT] = value
-    value = s["queue_s"]
-    if value is not None:
-        attrs[A.QUEUE_DURATION] = value
-    value = s["prefill_s"]
-    if value is not None:
-        attrs[A.PREFILL_DURATION] = value
-    value = s["decode_s"]
-    if value is not None:
-        attrs[A.DECODE_DURATION] = value
-    value = s["tokens_in"]
-    if value is not None:
-        attrs[A.GEN_AI_USAGE_INPUT_TOKENS] = value
+    for key, field in _OPTIONAL_FIGURES:
+        value = s[field]
+        if value is not None:
+            attrs[key] = value
     attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] = s["tokens_out"]
     if req._tokens_cached:
         attrs[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = req._tokens_cached
