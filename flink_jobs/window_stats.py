@@ -15,7 +15,6 @@ from typing import Any
 from ddsketch import DDSketch
 
 from infersight.schemas.pipeline import DISTRIBUTIONS, SKETCH_RELATIVE_ACCURACY
-from infersight.schemas.records import unique_requests
 
 
 def distribution_values(record: dict[str, Any]) -> dict[str, float]:
@@ -132,16 +131,14 @@ class WindowStats:
 
 
 def window_of(records: Iterable[dict[str, Any]]) -> WindowStats:
-    """One window's stats, each request counted once (``unique_requests``: a repeated request has the
-    same end time and series, so its copies always land in the same window)."""
-    stats = WindowStats()
-    for record in unique_requests(records):
-        stats.add(record)
-    return stats
+    """One window's stats, each request counted once (a repeated request has the same end time and
+    series, so its copies always land in the same window)."""
+    return window_of_facts(map(fact_of, records))
 
 
 def window_of_facts(facts: Iterable[Fact]) -> WindowStats:
-    """``window_of`` for records already reduced by ``fact_of`` (copies of a request counted once)."""
+    """``window_of`` for records already reduced by ``fact_of``: a fact's identity is its request's trace
+    and span id, as in ``schemas.records.unique_requests`` (none without a span id: all kept)."""
     stats, seen = WindowStats(), set()
     for fact in facts:
         identity = fact[0]
