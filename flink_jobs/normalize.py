@@ -67,23 +67,18 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
                 else:
                     yield PODS.name, json.dumps(gauge, **_JSON), gauge["time_ns"] // MS
             return
-        batch, last_end_ns = [], 0
+        batch = []
         for item in record_dicts_from_payload(payload, now_ns, bounds):  # records as their to_dict()
             if isinstance(item, Rejected):
                 yield DLQ.name, dead_letter("; ".join(item.problems), item.problems, topic, partition, offset,
                                             item.span_bytes, item.trace_id), now_ms
             else:
                 batch.append(item)
-                last_end_ns = max(last_end_ns, item["end_ns"])
-        if batch:
-            if on_batch is not None:
-                on_batch(len(batch))
-            if len(batch) <= MAX_BATCH_RECORDS:
-                yield REQUESTS.name, dump_batch(batch), last_end_ns // MS
-                return
-            for lo in range(0, len(batch), MAX_BATCH_RECORDS):
-                chunk = batch[lo:lo + MAX_BATCH_RECORDS]
-                yield REQUESTS.name, dump_batch(chunk), max(r["end_ns"] for r in chunk) // MS
+        if batch and on_batch is not None:
+            on_batch(len(batch))
+        for lo in range(0, len(batch), MAX_BATCH_RECORDS):
+            chunk = batch[lo:lo + MAX_BATCH_RECORDS]
+            yield REQUESTS.name, dump_batch(chunk), max(r["end_ns"] for r in chunk) // MS
     except DecodeError as exc:
         what = "metrics" if topic == OTLP_METRICS.name else "trace"
         reason = f"payload: not an OTLP {what} request (protobuf decode failed: {exc})"
