@@ -122,29 +122,28 @@ NINE_ATTRS = {A.GEN_AI_REQUEST_MODEL: "llama-3-8b", A.GEN_AI_OPERATION_NAME: "ch
               A.GEN_AI_USAGE_OUTPUT_TOKENS: TOKENS, A.TTFT: 0.05, A.E2E: 0.5}
 
 
-def reference_factories() -> dict[str, Callable[[], tuple[Callable[[], None], Callable[[], None]]]]:
-    """The issue's three reference operations with the plain SDK, to calibrate this machine against it."""
-    def make(kind: str):
-        tp, mp = _providers(ALWAYS_ON)
-        tracer = tp.get_tracer("bench.reference")
-        hist = mp.get_meter("bench.reference").create_histogram("bench.reference", unit="s")
-        hist_attrs = {A.GEN_AI_REQUEST_MODEL: "llama-3-8b", A.GEN_AI_OPERATION_NAME: "chat"}
+def reference_factory(kind: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """One of the issue's reference operations (``REFERENCE_US``) with the plain SDK, to calibrate this
+    machine against the reference."""
+    tp, mp = _providers(ALWAYS_ON)
+    tracer = tp.get_tracer("bench.reference")
+    hist = mp.get_meter("bench.reference").create_histogram("bench.reference", unit="s")
+    hist_attrs = {A.GEN_AI_REQUEST_MODEL: "llama-3-8b", A.GEN_AI_OPERATION_NAME: "chat"}
 
-        def span() -> None:
-            with tracer.start_as_current_span("chat llama-3-8b", attributes=NINE_ATTRS):
-                pass
+    def span() -> None:
+        with tracer.start_as_current_span("chat llama-3-8b", attributes=NINE_ATTRS):
+            pass
 
-        def request() -> None:
-            with tracer.start_as_current_span("chat llama-3-8b", attributes=NINE_ATTRS):
-                for _ in range(5):
-                    with tracer.start_as_current_span("stage", attributes=NINE_ATTRS):
-                        pass
-            hist.record(0.5, hist_attrs)
-            hist.record(0.05, hist_attrs)
+    def request() -> None:
+        with tracer.start_as_current_span("chat llama-3-8b", attributes=NINE_ATTRS):
+            for _ in range(5):
+                with tracer.start_as_current_span("stage", attributes=NINE_ATTRS):
+                    pass
+        hist.record(0.5, hist_attrs)
+        hist.record(0.05, hist_attrs)
 
-        fn = {"span": span, "request": request, "histogram": lambda: hist.record(0.5, hist_attrs)}[kind]
-        return fn, lambda: (tp.force_flush(), tp.shutdown())
-    return {kind: (lambda kind=kind: make(kind)) for kind in REFERENCE_US}
+    fn = {"span": span, "request": request, "histogram": lambda: hist.record(0.5, hist_attrs)}[kind]
+    return fn, lambda: (tp.force_flush(), tp.shutdown())
 
 
 def cpu_us_per_call(fn: Callable[[], None], n: int, repeats: int) -> float:
@@ -195,8 +194,8 @@ def main(argv: list[str] | None = None) -> dict:
     # REFERENCE_US. Machines of the same kind differ (and vary by day), so the same operations are
     # measured here and the untraced and per-token figures are also given at the reference's speed.
     reference = {}
-    for kind, factory in reference_factories().items():
-        one, close = factory()
+    for kind in REFERENCE_US:
+        one, close = reference_factory(kind)
         reference[kind] = round(cpu_us_per_call(one, n, repeats), 2)
         close()
     factor = reference["request"] / REFERENCE_US["request"]

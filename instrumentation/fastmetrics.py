@@ -69,6 +69,10 @@ class HistogramBank:
                     if value > point[4]:
                         point[4] = value
 
+    def _retarget(self) -> None:
+        """After ``_deltas`` changes (under the lock): what ``record`` updates, built once, not per call."""
+        self._targets = (self._cumulative, *self._deltas.values())
+
     def collect(self, reader: Any) -> list:
         """SDK ``Metric`` objects for ``reader`` in its histogram temporality."""
         from opentelemetry.sdk.metrics.export import AggregationTemporality, Histogram, HistogramDataPoint, Metric
@@ -82,7 +86,7 @@ class HistogramBank:
                 points = self._deltas.get(rid, {})
                 start = self._delta_start.get(rid, self._start_ns)
                 self._deltas[rid], self._delta_start[rid] = {}, now
-                self._targets = (self._cumulative, *self._deltas.values())
+                self._retarget()
             else:
                 points, start = self._cumulative, self._start_ns
             snapshot = [(name, list(p[0]), p[1], p[2], p[3], p[4], p[5]) for (name, _k), p in points.items()]
@@ -127,7 +131,7 @@ class HistogramBank:
             with self._lock:
                 self._deltas.setdefault(id(reader), {})
                 self._delta_start.setdefault(id(reader), time.time_ns())
-                self._targets = (self._cumulative, *self._deltas.values())
+                self._retarget()
 
 
 def _sdk_histogram_class() -> type:
