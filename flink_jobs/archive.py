@@ -37,9 +37,7 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
 
     bucket_ms = core.check_bucket_ms(int(bucket_s * 1000))
 
-    def pickled():  # a fresh type object per use: a used one holds an unpicklable Java handle
-        return Types.PICKLED_BYTE_ARRAY()
-
+    batches = Types.TUPLE([Types.STRING(), Types.LONG(), Types.STRING()])  # (bucket key, latest end ms, JSON)
     kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(REQUESTS.name)
              .set_group_id(group_id)
              .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
@@ -50,7 +48,7 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
     event_time = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
                   .with_idleness(Duration.of_millis(int(idle_s * 1000))))
     (env.from_source(kafka, event_time, "requests")
-     .flat_map(F.ParseRecord(bucket_ms), output_type=pickled()).name("parse-requests")
+     .flat_map(F.ParseRecord(bucket_ms), output_type=batches).name("parse-requests")
      .key_by(F.first, key_type=Types.STRING())
      .process(F.ArchiveBuckets(root, bucket_ms, int(grace_s * 1000)), output_type=Types.STRING())
      .name("archive-buckets")

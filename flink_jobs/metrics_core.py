@@ -4,6 +4,7 @@ roll-ups per region, and cost. The Flink wiring is in ``metrics_job``."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,21 @@ def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
             groups[key] = [record]
         else:
             group.append(record)
+    return groups, late
+
+
+def group_gauges(gauges: list[dict[str, Any]], window_ms: int, watermark_ms: int
+                 ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], int]:
+    """One batch of pod gauge points -> ``{(region, window end ms): points}`` and how many were late
+    (their window already fired at this watermark: dropped, as a Flink window drops late elements)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    late = 0
+    for gauge in gauges:
+        end = (gauge["time_ns"] // MS // window_ms + 1) * window_ms
+        if end - 1 <= watermark_ms:
+            late += 1
+            continue
+        groups.setdefault((gauge["region"], end), []).append(gauge)
     return groups, late
 
 
@@ -131,6 +147,13 @@ class PodWindow:
         if g.get("gpu_count"):
             self.gpus[pod] = (g.get("gpu_type") or "", g["gpu_count"])
         return self
+
+    @classmethod
+    def of(cls, gauges: Iterable[dict[str, Any]]) -> PodWindow:
+        window = cls.empty()
+        for gauge in gauges:
+            window.add(gauge)
+        return window
 
     def merge(self, other: PodWindow) -> PodWindow:
         for key, (t, v) in other.last.items():

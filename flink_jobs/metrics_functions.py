@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pyflink.common import Types
@@ -13,16 +14,11 @@ from pyflink.datastream.functions import AggregateFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from infersight.flink_jobs import metrics_core as core
-from infersight.flink_jobs.window_stats import Cumulative, WindowStats, fact_of, window_of, window_of_facts
+from infersight.flink_jobs.window_stats import Cumulative, WindowStats, fact_of, window_of
 from infersight.schemas.records import parse_batch
 
 MS = core.MS
 SEP = "\x1f"
-
-
-def parse_gauge(value: str) -> tuple[str, int, dict[str, Any]]:
-    gauge = json.loads(value)
-    return gauge["region"], gauge["time_ns"] // MS, gauge
 
 
 class PreAggregate(ProcessFunction):
@@ -48,11 +44,35 @@ class PreAggregate(ProcessFunction):
             yield f"{key}{SEP}{end_ms}", end_ms, [fact_of(record) for record in group]
 
 
-class WindowRecords(KeyedProcessFunction):
-    """Per (series, window): the groups of facts in list state until the watermark passes the window's
-    end, then ``(series key, window end ns, WindowStats)`` stamped with the window's last millisecond (as a
-    Flink window's result is). Keeping facts rather than an incremental aggregate: updating a sketch
-    accumulator in state re-pickles five sketches (~20 KB) per update."""
+class PreAggregatePods(ProcessFunction):
+    """A batch of pod gauge points (one ``infersight.pods`` message) -> one ``(region SEP window end, window
+    end ms, points)`` per region and window in it. Points whose window has fired are dropped (as a Flink
+    window drops late elements) and counted in the ``late_gauges`` metric. Per batch, not per point:
+    ~1,500 points/s at 10,000 requests/s."""
+
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.late = runtime_context.get_metrics_group().counter("late_gauges")
+
+    def process_element(self, value: str, ctx: ProcessFunction.Context):
+        groups, late = core.group_gauges(parse_batch(value), self.window_ms, ctx.timer_service().current_watermark())
+        if late:
+            self.late.inc(late)
+        for (region, end_ms), points in groups.items():
+            yield f"{region}{SEP}{end_ms}", end_ms, points
+
+
+class WindowGroups(KeyedProcessFunction):
+    """Per (key, window): the groups (lists) in list state until the watermark passes the window's end,
+    then ``(key, window end ns, reduce(every item))`` stamped with the window's last millisecond (as a
+    Flink window's result is). For requests the items are facts and ``reduce`` builds the WindowStats:
+    keeping facts rather than an incremental aggregate, because updating a sketch accumulator in state
+    re-pickles five sketches (~20 KB) per update."""
+
+    def __init__(self, reduce: Callable[[Iterable[Any]], Any]) -> None:
+        self.reduce = reduce
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.groups = runtime_context.get_list_state(ListStateDescriptor("groups", Types.PICKLED_BYTE_ARRAY()))
@@ -62,10 +82,10 @@ class WindowRecords(KeyedProcessFunction):
         ctx.timer_service().register_event_time_timer(value[1] - 1)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
-        series, end_ms = ctx.get_current_key().rsplit(SEP, 1)
-        stats = window_of_facts(fact for group in (self.groups.get() or ()) for fact in group)
+        key, end_ms = ctx.get_current_key().rsplit(SEP, 1)
+        result = self.reduce(item for group in (self.groups.get() or ()) for item in group)
         self.groups.clear()
-        yield series, int(end_ms) * MS, stats
+        yield key, int(end_ms) * MS, result
 
 
 class MergeAggregate(AggregateFunction):
@@ -82,16 +102,6 @@ class MergeAggregate(AggregateFunction):
 
     def merge(self, a: WindowStats, b: WindowStats) -> WindowStats:
         return a.merge(b)
-
-
-class PodsFromPoints(ProcessWindowFunction):
-    """A window's pod gauge points (``(region, ts, gauge)``) -> ``(region, window end ns, PodWindow)``."""
-
-    def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
-        pods = core.PodWindow.empty()
-        for element in elements:
-            pods.add(element[2])
-        yield key, context.window().end * MS, pods
 
 
 class WithWindowEnd(ProcessWindowFunction):

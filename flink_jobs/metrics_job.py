@@ -36,6 +36,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
     from infersight.flink_jobs import metrics_functions as F
     from infersight.flink_jobs.kafka_io import kafka_sink
+    from infersight.flink_jobs.window_stats import window_of_facts
 
     window_ms = int(window_s * 1000)
     window_ns = window_ms * MS
@@ -66,7 +67,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
               .process(F.PreAggregate(window_ms, OutputTag("late", pickled())), output_type=pickled())
               .name("pre-aggregate"))
     regional = (groups.key_by(F.first, key_type=Types.STRING())
-                .process(F.WindowRecords(), output_type=pickled()).name("regional-windows"))
+                .process(F.WindowGroups(window_of_facts), output_type=pickled()).name("regional-windows"))
     rollup = (regional.key_by(F.global_key_of, key_type=Types.STRING()).window(windows())
               .aggregate(F.MergeAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
               .name("global-rollup"))
@@ -85,10 +86,9 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))
 
     # ---- pods: region roll-up and cost; unit cost joins cost with output tokens ----
-    pods = source(PODS.name, "pods").map(F.parse_gauge, output_type=pickled()).name("parse-pods")
-    pod_windows = (pods.key_by(F.first, key_type=Types.STRING()).window(windows())
-                   .process(F.PodsFromPoints(), output_type=pickled())
-                   .name("pod-windows"))
+    pods = source(PODS.name, "pods").process(F.PreAggregatePods(window_ms), output_type=pickled()).name("parse-pods")
+    pod_windows = (pods.key_by(F.first, key_type=Types.STRING())
+                   .process(F.WindowGroups(core.PodWindow.of), output_type=pickled()).name("pod-windows"))
     pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
                    .process(F.CumulatePods(window_ns, pricing), output_type=pickled()).name("pod-metrics"))
     pod_out = pod_results.filter(F.is_metrics).map(F.third, output_type=byte_array())

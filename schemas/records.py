@@ -72,6 +72,13 @@ def parse_batch(value: str | bytes) -> list[dict[str, Any]]:
     return parsed if isinstance(parsed, list) else [parsed]
 
 
+def dump_batch(records: list[dict[str, Any]]) -> str:
+    """One ``infersight.requests`` message: the records as a JSON array (what ``parse_batch`` reads)."""
+    import orjson
+
+    return orjson.dumps(records).decode()
+
+
 def unique_requests(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Each request once. A request delivered twice upstream (a gateway re-sending a batch after a
     restart: the pod-to-Kafka leg is at least once) becomes identical records with the same trace and

@@ -56,9 +56,11 @@ REQUESTS = Topic(
                 "Read with schemas.records.parse_batch.",
 )
 PODS = Topic(
-    "infersight.pods", "per-pod gauge record (JSON)", "region",
+    "infersight.pods", "JSON array of per-pod gauge records", "none",
     partitions=1, retention_ms=7 * DAY_MS, producer="flink normalize job",
-    description="One record per pod gauge data point (queue depth, KV-cache use, GPU gauges).",
+    description="The pod gauge data points (queue depth, KV-cache use, GPU gauges) of one OTLP export per "
+                "message; the message timestamp is the batch's latest point. Read with "
+                "schemas.records.parse_batch.",
 )
 METRICS = Topic(
     "infersight.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "none",

@@ -96,3 +96,27 @@ def test_a_request_delivered_twice_is_archived_once(tmp_path):
     write_all(tmp_path, records + [dict(r) for r in records[::4]])
     ids = core.read_archive(tmp_path).select(["trace_id", "span_id"]).to_pylist()
     assert len(ids) == len(records) and len({(r["trace_id"], r["span_id"]) for r in ids}) == len(records)
+
+
+def test_parse_record_passes_a_one_key_batch_through_and_splits_the_others():
+    from infersight.flink_jobs.archive_functions import ParseRecord, split_key
+    from infersight.schemas.records import dump_batch, parse_batch
+
+    parse = ParseRecord(BUCKET_MS)
+    records = two_days_two_regions()
+    one_key = [r for r in records if r["region"] == "us-east-1"
+               and core.bucket_of(r["end_ns"], BUCKET_MS) == core.bucket_of(records[0]["end_ns"], BUCKET_MS)]
+    text = dump_batch(one_key)
+    [(key, last_ms, batch)] = parse.flat_map(text)
+    assert batch is text and last_ms == max(r["end_ns"] for r in one_key) // core.MS
+    assert split_key(key) == ("us-east-1", core.bucket_of(one_key[0]["end_ns"], BUCKET_MS))
+
+    out = list(parse.flat_map(dump_batch([*records, {"region": "us-east-1"}])))  # + a record without end_ns
+    assert len(out) == len({(r["region"], core.bucket_of(r["end_ns"], BUCKET_MS)) for r in records}) > 1
+    back = [r for _key, _last, batch in out for r in parse_batch(batch)]
+    assert sorted(r["trace_id"] for r in back) == sorted(r["trace_id"] for r in records)
+    for key, _last, batch in out:
+        region, bucket = split_key(key)
+        assert all(r["region"] == region and core.bucket_of(r["end_ns"], BUCKET_MS) == bucket
+                   for r in parse_batch(batch))
+    assert list(parse.flat_map("not json")) == []

@@ -227,3 +227,31 @@ def test_pod_gauges_decode_per_pod_and_stop_for_a_downed_pod():
     gpu = [g for g in points if g["metric"] == "hw.gpu.utilization"]
     assert len(gpu) == sum(fleet.pods[i].model.gpus_per_pod for i in up)
     assert all(0.0 <= g["value"] <= 1.0 for g in gpu)
+
+
+def test_a_metrics_export_leaves_normalize_as_gauge_batches_that_roll_up_like_the_points(monkeypatch):
+    from infersight.flink_jobs import metrics_core as core
+    from infersight.flink_jobs import normalize as N
+    from infersight.schemas.records import parse_batch
+    from infersight.schemas.topics import OTLP_METRICS, PODS
+
+    fleet = Fleet(FleetSpec(rate_rps=6000), seed=1)
+    state = fleet.pod_state(1.0)
+    values = {k: v.tolist() for k, v in pod_gauges(fleet, state, np.random.default_rng(0)).items()}
+    payload = gauges(fleet.pods, values, 123 * NS)["us-east-1"]
+    points = list(gauges_from_payload(payload))
+    monkeypatch.setattr(N, "MAX_BATCH_GAUGES", 100)
+    out = list(N.normalize(OTLP_METRICS.name, 0, 7, payload, 200 * NS))
+    assert {topic for topic, _v, _ms in out} == {PODS.name}
+    assert len(out) == -(-len(points) // 100) > 1  # one message per 100 points, not one per point
+    batches = [parse_batch(value) for _t, value, _ms in out]
+    assert [g for batch in batches for g in batch] == points
+    assert all(ms == max(g["time_ns"] for g in batch) // 1_000_000 for batch, (_t, _v, ms) in zip(batches, out))
+
+    # the metrics job's grouping: by region and 10 s window; a window that fired drops its points
+    flat = [g for batch in batches for g in batch]
+    groups, late = core.group_gauges(flat, 10_000, watermark_ms=0)
+    assert late == 0 and list(groups) == [("us-east-1", 130_000)]
+    assert core.PodWindow.of(groups["us-east-1", 130_000]).region_stats() == \
+        core.PodWindow.of(points).region_stats()
+    assert core.group_gauges(flat, 10_000, watermark_ms=129_999) == ({}, len(flat))
