@@ -37,7 +37,8 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
 
     bucket_ms = core.check_bucket_ms(int(bucket_s * 1000))
 
-    batches = Types.TUPLE([Types.STRING(), Types.LONG(), Types.STRING()])  # (bucket key, latest end ms, JSON)
+    # (bucket key, latest end ms, compressed JSON batch), pickled: a tuple of a few objects, cheap
+    batches = Types.PICKLED_BYTE_ARRAY()
     kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(REQUESTS.name)
              .set_group_id(group_id)
              .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from infersight.schemas.records import RECORD_FIELDS, RequestRecord, unique_requests
+from infersight.schemas.records import RECORD_FIELDS, RequestRecord
 
 MS = 1_000_000  # ns per ms
 DAY_MS = 86_400_000
@@ -59,18 +59,36 @@ def file_name(bucket_start_ms: int, seq: int) -> str:
     return f"part-{bucket_start_ms}-{seq}.parquet"
 
 
-# trace_id first; every other column breaks ties, so even repeated trace ids have one order. Sorting in
-# Arrow: a per-row Python sort key (the full row as JSON) cost ~20 us a row, more than the rest of a write.
-_SORT_KEYS = [(name, "ascending") for name in ("trace_id", *(f for f in RECORD_FIELDS if f != "trace_id"))]
+# trace_id, span_id first (a repeated request's copies become neighbours); every other column breaks ties,
+# so even repeated ids have one order. Sorting in Arrow: a per-row Python sort key cost ~20 us a row.
+_SORT_KEYS = [(name, "ascending") for name in
+              ("trace_id", "span_id", *(f for f in RECORD_FIELDS if f not in ("trace_id", "span_id")))]
+
+
+def table_of(records: list[dict[str, Any]]) -> pa.Table:
+    """Records (dicts of the contract) as an Arrow table of the archive's schema; missing fields are null."""
+    return pa.Table.from_pylist(records, schema=SCHEMA)
+
+
+def unique_sorted(table: pa.Table) -> pa.Table:
+    """Rows sorted; a request delivered twice upstream (same trace and span id: see
+    ``schemas.records.unique_requests``) kept once. Rows without a span id are all kept."""
+    table = table.sort_by(_SORT_KEYS)
+    keep, last, dropped = [], None, False
+    for ids in zip(table.column("trace_id").to_pylist(), table.column("span_id").to_pylist(), strict=True):
+        repeated = bool(ids[1]) and ids == last
+        keep.append(not repeated)
+        dropped |= repeated
+        last = ids
+    return table.filter(pa.array(keep)) if dropped else table
 
 
 def write_bucket(root: str | os.PathLike[str], region: str, bucket_start_ms: int, seq: int,
-                 records: list[dict[str, Any]]) -> Path:
+                 rows: list[dict[str, Any]] | pa.Table) -> Path:
     """Write one bucket's rows atomically to its deterministic file (replacing any previous copy)."""
     folder = partition_path(root, region, bucket_start_ms * MS)
     folder.mkdir(parents=True, exist_ok=True)
-    rows = list(unique_requests(records))  # a request repeated upstream: once
-    table = pa.Table.from_pylist(rows, schema=SCHEMA).sort_by(_SORT_KEYS)
+    table = unique_sorted(rows if isinstance(rows, pa.Table) else table_of(rows))
     final = folder / file_name(bucket_start_ms, seq)
     # A dot-prefixed temp file in the same folder: readers skip it and os.replace is atomic there.
     tmp = folder / f".{final.name}.{uuid.uuid4().hex}.tmp"

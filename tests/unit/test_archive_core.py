@@ -99,24 +99,28 @@ def test_a_request_delivered_twice_is_archived_once(tmp_path):
 
 
 def test_parse_record_passes_a_one_key_batch_through_and_splits_the_others():
+    import zstandard
+
     from infersight.flink_jobs.archive_functions import ParseRecord, split_key
     from infersight.schemas.records import dump_batch, parse_batch
 
     parse = ParseRecord(BUCKET_MS)
+    parse.open(None)
+    unzip = zstandard.ZstdDecompressor().decompress
     records = two_days_two_regions()
     one_key = [r for r in records if r["region"] == "us-east-1"
                and core.bucket_of(r["end_ns"], BUCKET_MS) == core.bucket_of(records[0]["end_ns"], BUCKET_MS)]
     text = dump_batch(one_key)
     [(key, last_ms, batch)] = parse.flat_map(text)
-    assert batch is text and last_ms == max(r["end_ns"] for r in one_key) // core.MS
+    assert unzip(batch) == text.encode() and last_ms == max(r["end_ns"] for r in one_key) // core.MS
     assert split_key(key) == ("us-east-1", core.bucket_of(one_key[0]["end_ns"], BUCKET_MS))
 
     out = list(parse.flat_map(dump_batch([*records, {"region": "us-east-1"}])))  # + a record without end_ns
     assert len(out) == len({(r["region"], core.bucket_of(r["end_ns"], BUCKET_MS)) for r in records}) > 1
-    back = [r for _key, _last, batch in out for r in parse_batch(batch)]
+    back = [r for _key, _last, batch in out for r in parse_batch(unzip(batch))]
     assert sorted(r["trace_id"] for r in back) == sorted(r["trace_id"] for r in records)
     for key, _last, batch in out:
         region, bucket = split_key(key)
         assert all(r["region"] == region and core.bucket_of(r["end_ns"], BUCKET_MS) == bucket
-                   for r in parse_batch(batch))
+                   for r in parse_batch(unzip(batch)))
     assert list(parse.flat_map("not json")) == []
