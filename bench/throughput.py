@@ -73,6 +73,12 @@ class Watcher(threading.Thread):
                         seen.setdefault(round(float(ts) * 1000), now)
 
 
+def window_lags(seen: dict[int, float], ends: set[int]) -> list[list[float]]:
+    """[window end (epoch s), seconds from window end to its first appearance] for the given windows: shows
+    whether freshness is steady or spikes (a periodic stall, a restart)."""
+    return [[end / 1000, round(seen[end] - end / 1000, 2)] for end in sorted(ends) if end in seen]
+
+
 def freshness(ledger, seen: dict[int, float]) -> tuple[float | None, float | None, int]:
     """p50/p99 over requests of (its window's first appearance - its end), from the ledger's per-second
     counts (a request is taken to end mid-second); and how many requests' windows never appeared."""
@@ -289,8 +295,9 @@ def judge(prom_url: str, watcher: Watcher, step: dict[str, Any], max_freshness_s
            "double_counted_requests": double, "freshness_p50_s": p50, "freshness_p99_s": p99,
            "requests_in_windows_never_seen": missing, "wall_s": round(step["wall_s"], 1),
            "max_behind_s": step["max_behind_s"], "held": held, "not_held_because": not_held,
-           "cpu_cores": step["cpu_cores"],
-           "peak_rss_mib": step["peak_rss_mib"]}
+           "cpu_cores": step["cpu_cores"], "peak_rss_mib": step["peak_rss_mib"],
+           "window_lag_s": window_lags(watcher.seen[step["tag"]],
+                                       {(sec * 1000 // WINDOW_MS + 1) * WINDOW_MS for sec in ledger.by_second})}
     row["bottleneck"] = bottleneck(step, os.cpu_count() or 2)
     return row
 

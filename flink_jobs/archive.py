@@ -4,16 +4,16 @@ Files: ``<root>/day=YYYY-MM-DD/region=<region>/part-<bucket_start_ms>-<seq>.parq
 ``pyarrow.dataset.dataset(root, format="parquet", partitioning="hive")`` (or ``archive_core.read_archive``).
 
 Exactly-once by idempotence (PyFlink gives Python functions no checkpoint hooks, so no two-phase commit):
-records are keyed by (region, event-time bucket) and buffered in keyed state (as zstd-compressed JSON
-batches); an event-time timer at bucket end + grace writes all of a bucket's rows, sorted by trace_id, to a
-name fixed by (region, bucket, seq) via temp file + atomic rename, then clears them. Kafka offsets, buffered
-rows, timers and seq are checkpointed together, so after a crash the job restores the last checkpoint and
-replays from its offsets: every row of a file written since then is either in restored state or replayed,
-and is written again to the same name. Because watermark timing (hence which rows count as late, and how
-late rows group into seq files) can differ on replay, a key's first flush after a restore also deletes its
-files at or past the restored seq. Consequences: a file may briefly miss rows during recovery, never holds a
-duplicate. Restart from a checkpoint or savepoint; a fresh start (no state) must use a fresh root, as
-committed offsets alone cannot say which files are already complete. Rows land about bucket +
+records are keyed by (region, event-time bucket) and buffered in keyed state (as Arrow tables,
+zstd-compressed); an event-time timer at bucket end + grace writes all of a bucket's rows, sorted by
+trace_id, to a name fixed by (region, bucket, seq) via temp file + atomic rename, then clears them. Kafka
+offsets, buffered rows, timers and seq are checkpointed together, so after a crash the job restores the last
+checkpoint and replays from its offsets: every row of a file written since then is either in restored state
+or replayed, and is written again to the same name. Because watermark timing (hence which rows count as
+late, and how late rows group into seq files) can differ on replay, a key's first flush after a restore also
+deletes its files at or past the restored seq. Consequences: a file may briefly miss rows during recovery,
+never holds a duplicate. Restart from a checkpoint or savepoint; a fresh start (no state) must use a fresh
+root, as committed offsets alone cannot say which files are already complete. Rows land about bucket +
 out-of-orderness + grace after they end; watermarks advance only with new data (idle partitions are skipped
 after ``--idle-s``).
 """
@@ -38,7 +38,7 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
 
     bucket_ms = core.check_bucket_ms(int(bucket_s * 1000))
 
-    # (bucket key, latest end ms, compressed JSON batch), pickled: a tuple of a few objects, cheap
+    # (bucket key, latest end ms, Arrow IPC bytes), pickled: a tuple of a few objects, cheap
     batches = Types.PICKLED_BYTE_ARRAY()
     kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(REQUESTS.name)
              .set_group_id(group_id)

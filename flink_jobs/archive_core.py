@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -70,17 +71,37 @@ def table_of(records: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(records, schema=SCHEMA)
 
 
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """A table as Arrow IPC stream bytes with zstd-compressed buffers (~140 bytes a row)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(blobs: typing.Iterable[bytes]) -> pa.Table:
+    """The tables of ``to_ipc`` blobs as one table (empty, of the archive's schema, for none)."""
+    tables = [pa.ipc.open_stream(blob).read_all() for blob in blobs]
+    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+
 def unique_sorted(table: pa.Table) -> pa.Table:
     """Rows sorted; a request delivered twice upstream (same trace and span id: see
     ``schemas.records.unique_requests``) kept once. Rows without a span id are all kept."""
     table = table.sort_by(_SORT_KEYS)
-    keep, last, dropped = [], None, False
-    for ids in zip(table.column("trace_id").to_pylist(), table.column("span_id").to_pylist(), strict=True):
-        repeated = bool(ids[1]) and ids == last
-        keep.append(not repeated)
-        dropped |= repeated
-        last = ids
-    return table.filter(pa.array(keep)) if dropped else table
+    if table.num_rows < 2:
+        return table
+    trace, span = table.column("trace_id"), table.column("span_id")
+    # row i repeats row i-1: same ids, and a span id to go by (null/"" never match: each row kept)
+    same = pc.and_(pc.equal(trace[1:], trace[:-1]), pc.equal(span[1:], span[:-1]))
+    repeated = pc.and_(same, pc.greater(pc.utf8_length(span[1:]), 0))
+    if not pc.any(repeated).as_py():
+        return table
+    keep = pa.concat_arrays([pa.array([True]), pc.invert(pc.fill_null(repeated, False)).combine_chunks()])
+    return table.filter(keep)
 
 
 def write_bucket(root: str | os.PathLike[str], region: str, bucket_start_ms: int, seq: int,

@@ -20,6 +20,10 @@ from infersight.stack.ports import PortPlan
 REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
 GATEWAY_MEMORY_LIMIT_MIB = 256
 SINK_MEMORY_LIMIT_MIB = 256
+# The gateways' live heap is small and their allocation rate high (every OTLP export is decoded and
+# re-encoded), so Go's default GOGC=100 collects very often; a larger GOGC with a soft limit under the
+# memory_limiter's trades heap for CPU. docker-compose.yml sets the same.
+GATEWAY_GO_GC = {"GOGC": "400", "GOMEMLIMIT": f"{GATEWAY_MEMORY_LIMIT_MIB * 3 // 4}MiB"}
 KAFKA_HEAP = "-Xmx512m"
 # Each task manager embeds one CPython (thread mode) whose GIL all its Python operators share: one task
 # manager capped the jobs' Python at one core. Three, slots spread (see flink/config.yaml): one per job,
@@ -193,6 +197,7 @@ class StackLayout:
                 "INFERSIGHT_OTLP_HTTP_ENDPOINT": f"{self.host}:{g.otlp_http}",
                 "INFERSIGHT_QUEUE_DIR": str(self.data / f"gateway-{region}" / "queue"),
                 "INFERSIGHT_MEMORY_LIMIT_MIB": str(GATEWAY_MEMORY_LIMIT_MIB),
+                **GATEWAY_GO_GC,
             },
         )
 

@@ -98,29 +98,37 @@ def test_a_request_delivered_twice_is_archived_once(tmp_path):
     assert len(ids) == len(records) and len({(r["trace_id"], r["span_id"]) for r in ids}) == len(records)
 
 
-def test_parse_record_passes_a_one_key_batch_through_and_splits_the_others():
-    import zstandard
-
+def test_parse_record_makes_one_arrow_table_per_region_and_bucket():
     from infersight.flink_jobs.archive_functions import ParseRecord, split_key
-    from infersight.schemas.records import dump_batch, parse_batch
+    from infersight.schemas.records import dump_batch
 
     parse = ParseRecord(BUCKET_MS)
-    parse.open(None)
-    unzip = zstandard.ZstdDecompressor().decompress
     records = two_days_two_regions()
     one_key = [r for r in records if r["region"] == "us-east-1"
                and core.bucket_of(r["end_ns"], BUCKET_MS) == core.bucket_of(records[0]["end_ns"], BUCKET_MS)]
-    text = dump_batch(one_key)
-    [(key, last_ms, batch)] = parse.flat_map(text)
-    assert unzip(batch) == text.encode() and last_ms == max(r["end_ns"] for r in one_key) // core.MS
+    [(key, last_ms, batch)] = parse.flat_map(dump_batch(one_key))
+    assert core.from_ipc([batch]).to_pylist() == core.table_of(one_key).to_pylist()
+    assert last_ms == max(r["end_ns"] for r in one_key) // core.MS
     assert split_key(key) == ("us-east-1", core.bucket_of(one_key[0]["end_ns"], BUCKET_MS))
 
-    out = list(parse.flat_map(dump_batch([*records, {"region": "us-east-1"}])))  # + a record without end_ns
+    bad_type = {**records[0], "trace_id": "f" * 32, "tokens_in": "many"}  # does not fit the schema: dropped
+    out = list(parse.flat_map(dump_batch([*records, {"region": "us-east-1"}, bad_type])))  # + one without end_ns
     assert len(out) == len({(r["region"], core.bucket_of(r["end_ns"], BUCKET_MS)) for r in records}) > 1
-    back = [r for _key, _last, batch in out for r in parse_batch(unzip(batch))]
-    assert sorted(r["trace_id"] for r in back) == sorted(r["trace_id"] for r in records)
+    back = core.from_ipc(batch for _key, _last, batch in out)
+    assert sorted(back.column("trace_id").to_pylist()) == sorted(r["trace_id"] for r in records)
     for key, _last, batch in out:
         region, bucket = split_key(key)
         assert all(r["region"] == region and core.bucket_of(r["end_ns"], BUCKET_MS) == bucket
-                   for r in parse_batch(unzip(batch)))
+                   for r in core.from_ipc([batch]).to_pylist())
     assert list(parse.flat_map("not json")) == []
+
+
+def test_unique_sorted_drops_repeated_ids_across_chunks_and_keeps_rows_without_a_span_id():
+    records = two_days_two_regions()[:20]
+    no_span = {**records[0], "trace_id": "a" * 32, "span_id": ""}
+    chunks = [core.table_of(records[:10] + [no_span]), core.table_of(records[5:] + [no_span])]
+    table = core.unique_sorted(core.from_ipc(core.to_ipc(t) for t in chunks))
+    rows = table.select(["trace_id", "span_id"]).to_pylist()
+    assert len(rows) == len(records) + 2 and rows.count({"trace_id": "a" * 32, "span_id": ""}) == 2
+    assert rows == sorted(rows, key=lambda r: (r["trace_id"], r["span_id"]))
+    assert core.unique_sorted(core.table_of(records)).num_rows == len(records)
