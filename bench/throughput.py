@@ -250,7 +250,8 @@ def main() -> None:
             keep.stop()
             row = judge(stack.layout.prometheus_url, watcher, step, args.max_freshness_s)
             rows.append(row)
-            print(f"[throughput] {json.dumps({k: v for k, v in row.items() if k != 'cpu_cores'})}", flush=True)
+            brief = {k: v for k, v in row.items() if k not in ("cpu_cores", "window_lag_s")}
+            print(f"[throughput] {json.dumps(brief)}", flush=True)
             if not row["held"] and not args.all_steps:
                 break
         watcher.stop_event.set()

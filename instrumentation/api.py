@@ -26,7 +26,7 @@ from typing import Any
 from opentelemetry import metrics, propagate
 
 from infersight.instrumentation.config import Settings
-from infersight.instrumentation.fastmetrics import bank_for
+from infersight.instrumentation.fastmetrics import HistogramBank, bank_for
 from infersight.instrumentation.gpu import register_gpu_gauges
 from infersight.instrumentation.meters import HISTOGRAMS, RequestMetrics, ServerGauges
 from infersight.instrumentation.request import RedactHook, RequestContext
@@ -37,6 +37,10 @@ from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT
 from infersight.schemas.records import RequestRecord
+
+# the per-request histograms with the request's own attribute set, in _series_for's order
+_PER_REQUEST = (M.GEN_AI_SERVER_REQUEST_DURATION, M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
+                M.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, M.ITL_P99_METRIC, M.QUEUE_TIME_METRIC)
 
 
 class Instrumentation:
@@ -59,8 +63,8 @@ class Instrumentation:
         self._self_telemetry = SelfTelemetry(meter)
         # Histograms: aggregated in-process and bridged into the SDK's readers when the provider is the
         # SDK's (see fastmetrics); otherwise, or with fast_metrics=False, the API instruments.
-        self._bank = bank_for(meter_provider, HISTOGRAMS, SCOPE_NAME, SCOPE_VERSION) if fast_metrics else None
-        self._metrics = RequestMetrics(meter) if self._bank is None else None
+        bank = bank_for(meter_provider, HISTOGRAMS, SCOPE_NAME, SCOPE_VERSION) if fast_metrics else None
+        self._histograms: HistogramBank | RequestMetrics = bank if bank is not None else RequestMetrics(meter)
         self.gauges = ServerGauges(meter, engine)
         self.gpu_gauges = register_gpu_gauges(meter) if gpu else False
         self._spans = SpanSink(tracer_provider)
@@ -68,7 +72,7 @@ class Instrumentation:
                                                  A.DEPLOYMENT_TRACK: self.settings.track}
         if self.settings.model_version:
             self._base_span_attrs[A.MODEL_VERSION] = self.settings.model_version
-        self._metric_attrs: dict[tuple, tuple[tuple, dict, dict, dict]] = {}
+        self._series_cache: dict[tuple, tuple] = {}
 
     @property
     def region(self) -> str:
@@ -98,9 +102,11 @@ class Instrumentation:
     def _span_name(self, req: RequestContext) -> str:
         return f"{req.operation} {req.model}"  # GenAI semconv: "{gen_ai.operation.name} {gen_ai.request.model}"
 
-    def _attrs_for(self, req: RequestContext) -> tuple[tuple, dict, dict, dict]:
+    def _series_for(self, req: RequestContext) -> tuple:
+        """The request's metric handles (duration, TTFT, TPOT, ITL p99, queue, input and output tokens), by
+        model, operation and error type: attribute sets and series resolved once, not per request."""
         key = (req.model, req.operation, req._error)
-        cached = self._metric_attrs.get(key)
+        cached = self._series_cache.get(key)
         if cached is None:
             base = {A.GEN_AI_REQUEST_MODEL: req.model, A.GEN_AI_OPERATION_NAME: req.operation,
                     A.GEN_AI_PROVIDER_NAME: self._base_span_attrs[A.GEN_AI_PROVIDER_NAME],
@@ -109,32 +115,33 @@ class Instrumentation:
                 base[A.MODEL_VERSION] = self.settings.model_version
             if req._error:
                 base[A.ERROR_TYPE] = req._error
-            cached = (key, base, {**base, A.GEN_AI_TOKEN_TYPE: "input"}, {**base, A.GEN_AI_TOKEN_TYPE: "output"})
-            if len(self._metric_attrs) < 10_000:  # bounded: models x operations x error types
-                self._metric_attrs[key] = cached
+            # the bank is the meter provider's, shared by every Instrumentation on it: the whole set is the key
+            series, set_key = self._histograms.series, tuple(base.items())
+            cached = (*(series(name, set_key, base) for name in _PER_REQUEST),
+                      series(M.GEN_AI_CLIENT_TOKEN_USAGE, (set_key, "input"), {**base, A.GEN_AI_TOKEN_TYPE: "input"}),
+                      series(M.GEN_AI_CLIENT_TOKEN_USAGE, (set_key, "output"), {**base, A.GEN_AI_TOKEN_TYPE: "output"}))
+            if len(self._series_cache) < 10_000:  # bounded: models x operations x error types
+                self._series_cache[key] = cached
         return cached
 
     def _complete(self, req: RequestContext, end: int) -> None:
         s = req._summarise(end)
         req._summary = s
-        key, attrs, in_attrs, out_attrs = self._attrs_for(req)
-        obs = [(M.GEN_AI_SERVER_REQUEST_DURATION, key, attrs, s["e2e_s"])]
+        duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out = self._series_for(req)
+        obs = [(duration, s["e2e_s"])]
         if req._error is None:  # semconv: TTFT and TPOT describe successful responses
             if s["ttft_s"] is not None:
-                obs.append((M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, key, attrs, s["ttft_s"]))
+                obs.append((ttft, s["ttft_s"]))
             if s["tpot_s"] is not None:
-                obs.append((M.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, key, attrs, s["tpot_s"]))
+                obs.append((tpot, s["tpot_s"]))
         if s["itl"] is not None:
-            obs.append((M.ITL_P99_METRIC, key, attrs, s["itl"].p99_s))
+            obs.append((itl_p99, s["itl"].p99_s))
         if s["queue_s"] is not None:
-            obs.append((M.QUEUE_TIME_METRIC, key, attrs, s["queue_s"]))
+            obs.append((queue, s["queue_s"]))
         if s["tokens_in"] is not None:
-            obs.append((M.GEN_AI_CLIENT_TOKEN_USAGE, (key, "input"), in_attrs, s["tokens_in"]))
-        obs.append((M.GEN_AI_CLIENT_TOKEN_USAGE, (key, "output"), out_attrs, s["tokens_out"]))
-        if self._bank is not None:
-            self._bank.record(obs)
-        else:
-            self._metrics.record(obs)
+            obs.append((tokens_in, s["tokens_in"]))
+        obs.append((tokens_out, s["tokens_out"]))
+        self._histograms.record_series(obs)
         if req._prefix_queried:
             self.gauges.add_prefix_cache(req._prefix_queried, req._tokens_cached)
         root = req._root
@@ -142,10 +149,10 @@ class Instrumentation:
             wall = req._wall_ns
             stages = [(rec[0], rec[1], wall(rec[2]), wall(rec[3]), rec[4] or {A.STAGE: rec[0]}, rec[5])
                       for rec in req._stages]
-            self._spans.current().emit(root, self._span_name(req), req._wall0, wall(end),
+            self._spans.current().emit(root, root.name, req._wall0, wall(end),
                                        root_attributes(req, s), req._events, req._error, stages)
         elif root is not None and self.settings.request_records:
-            self._spans.current().emit_record(root, self._span_name(req), req._wall0, req._wall_ns(end),
+            self._spans.current().emit_record(root, root.name, req._wall0, req._wall_ns(end),
                                               root_attributes(req, s), req._error)
         if self.on_record is not None:
             self.on_record(req.record())

@@ -28,8 +28,8 @@ _BANKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BANKS_LOCK = threading.Lock()
 
 
-def _new_point(n_buckets: int, attrs: dict) -> list:
-    return [[0] * n_buckets, 0.0, 0, float("inf"), float("-inf"), attrs]
+def _new_point(n_buckets: int, attrs: dict, name: str) -> list:
+    return [[0] * n_buckets, 0.0, 0, float("inf"), float("-inf"), attrs, name]
 
 
 class HistogramBank:
@@ -41,26 +41,35 @@ class HistogramBank:
             entry = get(name)
             self._spec[name] = (entry.buckets, len(entry.buckets) + 1, entry.unit, entry.description)
         self.scope_name, self.scope_version = scope_name, scope_version
-        self._cumulative: dict[tuple, list] = {}
-        self._deltas: dict[int, dict[tuple, list]] = {}  # id(reader) -> points since its last collect
+        self._series: dict[tuple, tuple] = {}  # (metric name, attribute-set key) -> handle
+        self._cumulative: dict[int, list] = {}  # series number -> point
+        self._deltas: dict[int, dict[int, list]] = {}  # id(reader) -> points since its last collect
         self._targets: tuple[dict, ...] = (self._cumulative,)  # rebuilt when _deltas changes, not per record
         self._delta_start: dict[int, int] = {}
         self._start_ns = time.time_ns()
         self._lock = threading.Lock()
 
-    def record(self, observations: Iterable[tuple[str, Any, dict, float]]) -> None:
-        """Record ``(metric name, attribute-set key, attributes, value)`` observations under one lock."""
-        spec = self._spec
+    def series(self, name: str, key: Any, attrs: dict) -> tuple:
+        """The handle ``record_series`` takes for metric ``name`` with these attributes (``key`` names the
+        set): buckets and point number resolved once, since hashing nested key tuples on every record
+        cost more than the bucketing."""
+        handle = self._series.get((name, key))
+        if handle is None:
+            bounds, n_buckets, _unit, _desc = self._spec[name]
+            with self._lock:
+                handle = self._series.setdefault((name, key), (bounds, n_buckets, len(self._series), attrs, name))
+        return handle
+
+    def record_series(self, observations: Iterable[tuple[tuple, float]]) -> None:
+        """Record ``(handle from series(), value)`` observations under one lock."""
         with self._lock:
             targets = self._targets  # the cumulative points, then each delta reader's
-            for name, key, attrs, value in observations:
-                bounds, n_buckets, _unit, _desc = spec[name]
+            for (bounds, n_buckets, number, attrs, name), value in observations:
                 index = bisect_left(bounds, value)
-                full_key = (name, key)
                 for points in targets:
-                    point = points.get(full_key)
+                    point = points.get(number)
                     if point is None:
-                        point = points[full_key] = _new_point(n_buckets, attrs)
+                        point = points[number] = _new_point(n_buckets, attrs, name)
                     point[0][index] += 1
                     point[1] += value
                     point[2] += 1
@@ -89,7 +98,7 @@ class HistogramBank:
                 self._retarget()
             else:
                 points, start = self._cumulative, self._start_ns
-            snapshot = [(name, list(p[0]), p[1], p[2], p[3], p[4], p[5]) for (name, _k), p in points.items()]
+            snapshot = [(p[6], list(p[0]), p[1], p[2], p[3], p[4], p[5]) for p in points.values()]
         by_name: dict[str, list] = {}
         for name, counts, total, count, low, high, attrs in snapshot:
             bounds = self._spec[name][0]

@@ -52,11 +52,14 @@ class RequestMetrics:
             M.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: self.tpot, M.GEN_AI_CLIENT_TOKEN_USAGE: self.tokens,
             M.ITL_P99_METRIC: self.itl_p99, M.QUEUE_TIME_METRIC: self.queue}
 
-    def record(self, observations: list[tuple[str, object, dict, float]]) -> None:
-        """Record ``(metric name, key, attributes, value)`` observations through the API instruments."""
-        by_name = self._by_name
-        for name, _key, attrs, value in observations:
-            by_name[name].record(value, attrs)
+    def series(self, name: str, key: object, attrs: dict) -> tuple:
+        """The handle ``record_series`` takes (as ``fastmetrics.HistogramBank.series``)."""
+        return self._by_name[name], attrs
+
+    def record_series(self, observations: list[tuple[tuple, float]]) -> None:
+        """Record ``(handle from series(), value)`` observations through the API instruments."""
+        for (histogram, attrs), value in observations:
+            histogram.record(value, attrs)
 
 
 class ServerGauges:

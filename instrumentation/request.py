@@ -83,6 +83,9 @@ class Stage:
             self._rec[5].append((SAFETY_CHECK_EVENT, event_attrs, self._req._wall_ns(self._req._clock())))
 
 
+_new_stage = object.__new__
+
+
 class RequestContext:
     """Created by :meth:`Instrumentation.request`; use as ``with`` / ``async with`` or start()/finish()."""
 
@@ -174,7 +177,15 @@ class RequestContext:
     # ---- stages ----
     def stage(self, name: str, **attributes: Any) -> Stage:
         """Open a stage span now; close it by leaving the ``with`` block or calling ``.end()``."""
-        return self._open(name, {A.STAGE: name, **attributes} if attributes else None)
+        root = self._root
+        if attributes or self._state != _STARTED or name not in _STAGE_SET or root is None or root.sampled:
+            return self._open(name, {A.STAGE: name, **attributes} if attributes else None)
+        # A well-formed stage of a sampled-out request (every stage of most requests): _open, inlined.
+        rec = [name, None, self._clock(), None, None, (), None]
+        self._stages.append(rec)
+        stage = _new_stage(Stage)
+        stage._req, stage._rec, stage._token = self, rec, None
+        return stage
 
     def safety(self, direction: str, check: str | None = None) -> Stage:
         """A guardrail stage on the ``input`` or ``output``; report with ``.verdict("pass"|"flag"|"block")``."""
@@ -200,7 +211,9 @@ class RequestContext:
             rec = [name, None, now, None, attrs, (), None]
         if started:
             self._stages.append(rec)
-        return Stage(self, rec)
+        stage = _new_stage(Stage)  # five per request: slot stores here cost less than an __init__ call
+        stage._req, stage._rec, stage._token = self, rec, None
+        return stage
 
     def end_stage(self, name: str) -> None:
         """Close the latest open stage called ``name`` (for stages that end in another callback)."""
@@ -225,6 +238,16 @@ class RequestContext:
     def usage(self, input_tokens: int | None = None, output_tokens: int | None = None,
               cached_tokens: int | None = None) -> None:
         """Token counts from the engine (output defaults to the number of token marks)."""
+        if ((input_tokens is None or (type(input_tokens) is int and input_tokens >= 0))
+                and (output_tokens is None or (type(output_tokens) is int and output_tokens >= 0))
+                and (cached_tokens is None or (type(cached_tokens) is int and cached_tokens >= 0))):
+            if input_tokens is not None:  # well-formed (the usual case): no per-field checks below
+                self._tokens_in = input_tokens
+            if output_tokens is not None:
+                self._tokens_out = output_tokens
+            if cached_tokens is not None:
+                self._tokens_cached = cached_tokens
+            return
         for label, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
                              ("cached_tokens", cached_tokens)):
             if value is None:

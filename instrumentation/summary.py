@@ -28,6 +28,10 @@ class ItlSummary(NamedTuple):
     max_s: float
 
 
+# tuple.__new__ bound to the class: builds one without the namedtuple's Python-level __new__ (a frame less)
+_new_itl = functools.partial(tuple.__new__, ItlSummary)
+
+
 @functools.lru_cache(maxsize=4096)
 def _ranks(n: int) -> tuple[int, int, int]:
     """Indexes of the nearest-rank p50, p90, p99 among ``n`` sorted values (observed values, never
@@ -42,8 +46,8 @@ def itl_summary(token_times_ns: list[int]) -> ItlSummary | None:
     gaps = sorted(map(sub, token_times_ns[1:], token_times_ns))
     n = len(gaps)
     i50, i90, i99 = _ranks(n)
-    return ItlSummary(n, (token_times_ns[-1] - token_times_ns[0]) / n / NS, gaps[i50] / NS, gaps[i90] / NS,
-                      gaps[i99] / NS, gaps[-1] / NS)
+    return _new_itl((n, (token_times_ns[-1] - token_times_ns[0]) / n / NS, gaps[i50] / NS, gaps[i90] / NS,
+                     gaps[i99] / NS, gaps[-1] / NS))
 
 
 # summary figures that become root attributes when present (a constant: no per-call tuples)

@@ -76,6 +76,20 @@ def test_histograms_have_semconv_names_registry_buckets_and_right_counts(fast):
     assert attrs[A.MODEL_VERSION] == "v1" and A.ERROR_TYPE not in attrs
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["in-process-bank", "api-instruments"])
+def test_two_instrumentations_on_one_meter_provider_keep_their_own_series(fast):
+    stable = make(fast_metrics=fast)
+    canary = make(fast_metrics=fast, meter_provider=stable.mp,
+                  settings=Settings(region="us-east-1", track="canary", model_version="v2"))
+    one_request(stable)
+    for _ in range(2):
+        one_request(canary)
+    by_track = {p.attributes[A.DEPLOYMENT_TRACK]: p for p in
+                metric_points(stable.reader)[M.GEN_AI_SERVER_REQUEST_DURATION]}
+    assert {t: p.count for t, p in by_track.items()} == {"stable": 1, "canary": 2}
+    assert by_track["canary"].attributes[A.MODEL_VERSION] == "v2"
+
+
 def test_value_on_a_bucket_bound_counts_in_that_bucket():
     h = make()
     one_request(h, ttft_ms=100.0, queue_ms=1.0)  # exactly the 0.1 bound: OTel buckets are (lower, upper]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags
 
 from infersight.instrumentation import Instrumentation, Settings
 from infersight.schemas import attributes as A
@@ -184,6 +185,11 @@ def test_sampled_out_request_propagates_not_sampled_and_exports_only_its_record_
     assert out["traceparent"].endswith("-00")  # downstream services still see "not sampled"
     assert req.sampled is False
     assert out["traceparent"].split("-")[1] == h.records[0].trace_id == format(root.context.trace_id, "032x")
+    # the record-only root's context is the propagated one with the sampled flag, built as the API builds it
+    propagated = trace.get_current_span(req.context).get_span_context()
+    assert root.context == SpanContext(propagated.trace_id, propagated.span_id, is_remote=False,
+                                       trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=propagated.trace_state)
+    assert root.context.is_valid and not propagated.trace_flags.sampled
 
 
 def test_request_records_can_be_turned_off():
@@ -313,3 +319,25 @@ def test_region_falls_back_to_the_resource_then_unknown():
     bare = Instrumentation(tracer_provider=TracerProvider(resource=Resource.get_empty()),
                            meter_provider=MeterProvider(), gpu=False, settings=Settings())
     assert bare.region == "unknown"
+
+
+def test_readable_spans_match_the_sdk():
+    """The fast path builds ReadableSpan without its __init__: the pinned SDK's own constructor must set
+    exactly the same fields (this fails first if an SDK upgrade adds or renames one)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace.status import Status
+
+    from infersight.instrumentation.spans import _readable_span
+
+    context = SpanContext(1, 2, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    parent = SpanContext(1, 3, is_remote=True)
+    args = dict(name="chat llama", context=context, parent=parent, resource=Resource.create({"a": 1}),
+                attributes={"k": "v"}, events=[Event("e", {"x": 1}, 5)], kind=SpanKind.SERVER,
+                status=Status(StatusCode.ERROR, "boom"), start_time=10, end_time=20,
+                instrumentation_scope=InstrumentationScope("s", "1"))
+    ours = _readable_span(ReadableSpan, args["name"], context, parent, args["resource"], args["attributes"],
+                          args["events"], SpanKind.SERVER, args["status"], 10, 20, args["instrumentation_scope"])
+    assert vars(ours) == vars(ReadableSpan(**args))
+    assert ours.to_json() == ReadableSpan(**args).to_json()
