@@ -32,6 +32,16 @@ def _new_point(n_buckets: int, attrs: dict, name: str) -> list:
     return [[0] * n_buckets, 0.0, 0, float("inf"), float("-inf"), attrs, name]
 
 
+def _add(point: list, index: int, value: float) -> None:
+    point[0][index] += 1
+    point[1] += value
+    point[2] += 1
+    if value < point[3]:
+        point[3] = value
+    if value > point[4]:
+        point[4] = value
+
+
 class HistogramBank:
     """Cumulative points per (metric, attribute set), plus a delta view per delta-temporality reader."""
 
@@ -44,43 +54,50 @@ class HistogramBank:
         self._series: dict[tuple, tuple] = {}  # (metric name, attribute-set key) -> handle
         self._cumulative: dict[int, list] = {}  # series number -> point
         self._deltas: dict[int, dict[int, list]] = {}  # id(reader) -> points since its last collect
-        self._targets: tuple[dict, ...] = (self._cumulative,)  # rebuilt when _deltas changes, not per record
+        self._delta_targets: tuple[dict, ...] = ()  # rebuilt when _deltas changes, not per record
         self._delta_start: dict[int, int] = {}
         self._start_ns = time.time_ns()
         self._lock = threading.Lock()
 
     def series(self, name: str, key: Any, attrs: dict) -> tuple:
         """The handle ``record_series`` takes for metric ``name`` with these attributes (``key`` names the
-        set): buckets and point number resolved once, since hashing nested key tuples on every record
-        cost more than the bucketing."""
+        set): buckets, point number and cumulative point resolved once, since hashing nested key tuples
+        on every record cost more than the bucketing. (A series' cumulative point exists from here on;
+        collection skips it until it counts something.)"""
         handle = self._series.get((name, key))
         if handle is None:
             bounds, n_buckets, _unit, _desc = self._spec[name]
             with self._lock:
-                handle = self._series.setdefault((name, key), (bounds, n_buckets, len(self._series), attrs, name))
+                handle = self._series.get((name, key))
+                if handle is None:
+                    number = len(self._series)
+                    point = self._cumulative[number] = _new_point(n_buckets, attrs, name)
+                    handle = self._series[(name, key)] = (bounds, n_buckets, number, attrs, name, point)
         return handle
 
     def record_series(self, observations: Iterable[tuple[tuple, float]]) -> None:
         """Record ``(handle from series(), value)`` observations under one lock."""
         with self._lock:
-            targets = self._targets  # the cumulative points, then each delta reader's
-            for (bounds, n_buckets, number, attrs, name), value in observations:
+            deltas = self._delta_targets  # each delta reader's points (usually none)
+            for (bounds, n_buckets, number, attrs, name, point), value in observations:
                 index = bisect_left(bounds, value)
-                for points in targets:
-                    point = points.get(number)
-                    if point is None:
-                        point = points[number] = _new_point(n_buckets, attrs, name)
-                    point[0][index] += 1
-                    point[1] += value
-                    point[2] += 1
-                    if value < point[3]:
-                        point[3] = value
-                    if value > point[4]:
-                        point[4] = value
+                point[0][index] += 1  # _add, inlined for the cumulative point (every observation)
+                point[1] += value
+                point[2] += 1
+                if value < point[3]:
+                    point[3] = value
+                if value > point[4]:
+                    point[4] = value
+                for points in deltas:
+                    delta = points.get(number)
+                    if delta is None:
+                        delta = points[number] = _new_point(n_buckets, attrs, name)
+                    _add(delta, index, value)
 
     def _retarget(self) -> None:
-        """After ``_deltas`` changes (under the lock): what ``record`` updates, built once, not per call."""
-        self._targets = (self._cumulative, *self._deltas.values())
+        """After ``_deltas`` changes (under the lock): the delta points ``record_series`` updates, built
+        once, not per call."""
+        self._delta_targets = tuple(self._deltas.values())
 
     def collect(self, reader: Any) -> list:
         """SDK ``Metric`` objects for ``reader`` in its histogram temporality."""
@@ -98,7 +115,7 @@ class HistogramBank:
                 self._retarget()
             else:
                 points, start = self._cumulative, self._start_ns
-            snapshot = [(p[6], list(p[0]), p[1], p[2], p[3], p[4], p[5]) for p in points.values()]
+            snapshot = [(p[6], list(p[0]), p[1], p[2], p[3], p[4], p[5]) for p in points.values() if p[2]]
         by_name: dict[str, list] = {}
         for name, counts, total, count, low, high, attrs in snapshot:
             bounds = self._spec[name][0]
