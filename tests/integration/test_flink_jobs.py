@@ -223,18 +223,22 @@ def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(job
 def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals(jobs, stack):
     bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
     now = time.time_ns()
-    produce_requests(bootstrap, batch(f"lead-{uuid.uuid4().hex[:6]}", 1, now + 60 * NS, seed=3))
+    [lead] = batch(f"lead-{uuid.uuid4().hex[:6]}", 1, now + 60 * NS, seed=3)
+    produce_requests(bootstrap, [lead])
     before = prom_value(prom_url, "sum(infersight_late_records_total)") or 0.0
-    # The lead record moves the watermark only once the other partitions have gone idle (``--idle-s``),
-    # so a record sent before then is still on time; send a fresh one-minute-old request of one series on
-    # every poll until one is late (the watermark never moves back, so it stays late from then on).
+    # A lead record a minute ahead moves the watermark only where it lands: normalize's output may land on
+    # any partition, and one that keeps getting only old records holds the watermark back (it is
+    # never idle). So every poll sends a copy of the lead with a fresh one-minute-old request of one series,
+    # in one message (normalize keeps a message's records together), until one is late (the watermark never
+    # moves back, so it stays late from then on).
     model = f"late-{uuid.uuid4().hex[:6]}"
     first = batch(model, 1, now - 60 * NS, seed=4)[0]
     sent: list[RequestRecord] = []
 
     def send_then_check() -> bool:
         record = dataclasses.replace(first, trace_id=uuid.uuid4().hex, span_id=uuid.uuid4().hex[:16])
-        produce_requests(bootstrap, [record])
+        lead_copy = dataclasses.replace(lead, trace_id=uuid.uuid4().hex, span_id=uuid.uuid4().hex[:16])
+        produce_requests(bootstrap, [lead_copy, record])
         sent.append(record)
         ids = {r.trace_id for r in sent}
         return any(r["trace_id"] in ids for r in request_records(bootstrap, LATE.name))
