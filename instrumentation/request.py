@@ -37,10 +37,8 @@ def _is_count(value: Any) -> bool:
 class Stage:
     """A stage span (routing, queue, prefill, decode, safety): ``with req.stage("queue"):`` or ``.end()``."""
 
+    # Made by RequestContext (object.__new__ and three slot stores: cheaper than an __init__ call).
     __slots__ = ("_req", "_rec", "_token")
-
-    def __init__(self, req: RequestContext, rec: list) -> None:
-        self._req, self._rec, self._token = req, rec, None
 
     def __enter__(self) -> Stage:
         if self._rec[6] is not None:  # sampled: user spans inside the stage nest under it
