@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, MutableMapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as context_api
@@ -30,6 +31,26 @@ _NEW, _STARTED, _FINISHED = 0, 1, 2
 _SEVERITY = {v: i for i, v in enumerate(A.SAFETY_VERDICTS)}
 
 
+def _context_ops() -> tuple[Callable, Callable]:
+    """attach and detach straight on the ContextVar behind OpenTelemetry's default runtime context (the API's
+    functions add two Python calls each, on every request); the API's own with any other runtime context."""
+    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    if type(runtime).__name__ == "ContextVarsRuntimeContext" and isinstance(var, ContextVar):
+        return var.set, var.reset
+    return context_api.attach, context_api.detach
+
+
+_attach, _reset = _context_ops()
+
+
+def _detach(token: Any) -> None:
+    try:
+        _reset(token)
+    except Exception:  # noqa: BLE001 - e.g. a token from another context: the API's detach logs it, never raises
+        context_api.detach(token)
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -42,12 +63,12 @@ class Stage:
 
     def __enter__(self) -> Stage:
         if self._rec[6] is not None:  # sampled: user spans inside the stage nest under it
-            self._token = context_api.attach(self._rec[6])
+            self._token = _attach(self._rec[6])
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self._token is not None:
-            context_api.detach(self._token)
+            _detach(self._token)
             self._token = None
         if exc is not None:
             self.set_attribute(A.ERROR_TYPE, type(exc).__qualname__)
@@ -90,7 +111,7 @@ class RequestContext:
     __slots__ = ("_inst", "_clock", "model", "operation", "_parent_ctx", "_start", "_wall0", "_first", "_ticks",
                  "token", "_stages", "_events", "_root", "_ctx_token", "_state", "_finish_reason", "_error",
                  "_tokens_in", "_tokens_out", "_tokens_cached", "_prefix_queried", "_response_model",
-                 "_response_id", "_content", "_summary")
+                 "_response_id", "_content", "_summary", "_quiet")
 
     def __init__(self, inst: Instrumentation, model: str, operation: str, parent_ctx: Any) -> None:
         self._inst, self._clock = inst, inst._clock
@@ -120,6 +141,7 @@ class RequestContext:
         self._response_id: str | None = None
         self._content: dict[str, str] | None = None
         self._summary: dict[str, Any] | None = None
+        self._quiet = False  # started, with a root span the sampler dropped: stages need no span ids
 
     # ---- lifecycle ----
     def start(self) -> RequestContext:
@@ -133,12 +155,13 @@ class RequestContext:
                                                            self._wall0)
         except Exception as exc:  # noqa: BLE001 - a broken tracer must not break the request
             self._bad(bad.INTERNAL, f"starting the root span failed: {exc!r}")
+        self._quiet = self._root is not None and not self._root.sampled
         return self
 
     def __enter__(self) -> RequestContext:
         self.start()
         if self._root is not None:
-            self._ctx_token = context_api.attach(self._root.context)
+            self._ctx_token = _attach(self._root.context)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -146,9 +169,13 @@ class RequestContext:
             self.error(exc)
         if self._state == _STARTED:
             self.finish("error" if exc is not None else None)
-        if self._ctx_token is not None:
-            context_api.detach(self._ctx_token)
+        token = self._ctx_token
+        if token is not None:
             self._ctx_token = None
+            try:  # _detach, inlined (every request)
+                _reset(token)
+            except Exception:  # noqa: BLE001
+                context_api.detach(token)
         return False
 
     async def __aenter__(self) -> RequestContext:
@@ -175,8 +202,7 @@ class RequestContext:
     # ---- stages ----
     def stage(self, name: str, **attributes: Any) -> Stage:
         """Open a stage span now; close it by leaving the ``with`` block or calling ``.end()``."""
-        root = self._root
-        if attributes or self._state != _STARTED or name not in _STAGE_SET or root is None or root.sampled:
+        if attributes or not self._quiet or name not in _STAGE_SET:
             return self._open(name, {A.STAGE: name, **attributes} if attributes else None)
         # A well-formed stage of a sampled-out request (every stage of most requests): _open, inlined.
         rec = [name, None, self._clock(), None, None, (), None]
@@ -339,6 +365,7 @@ class RequestContext:
                 self._bad(bad.DOUBLE_FINISH, "finish() called twice; the first one counts")
             return
         self._state = _FINISHED
+        self._quiet = False
         if reason is not None and reason not in FINISH_REASONS:
             self._bad(bad.UNKNOWN_VALUE, f"finish reason {reason!r} is not one of {FINISH_REASONS}")
             reason = None  # the record keeps to the contract's reasons

@@ -11,6 +11,7 @@ request's record: the Flink metrics need every request); with the plain path, no
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,19 +35,30 @@ _new_span_context = functools.partial(tuple.__new__, SpanContext)
 
 
 _TRACE_ID_MAX, _SPAN_ID_MAX = 2**128 - 1, 2**64 - 1
+_new_object = object.__new__
 
 
 def _readable_span(readable: type, name: str, context: SpanContext, parent: SpanContext | None, resource: Any,
                    attributes: dict, events: Sequence, kind: SpanKind, status: Status, start: int, end: int,
                    scope: Any) -> Any:
     """A finished ``ReadableSpan`` (``readable``), its fields set as its ``__init__`` sets them, without the
-    keyword-argument call (a third of a record-only request's span cost; ``test_readable_spans_match_the_sdk``
-    checks the fields against the pinned SDK's)."""
-    span = object.__new__(readable)
-    span.__dict__.update({
-        "_name": name, "_context": context, "_kind": kind, "_instrumentation_info": None,
-        "_instrumentation_scope": scope, "_parent": parent, "_start_time": start, "_end_time": end,
-        "_attributes": attributes, "_events": events, "_links": (), "_resource": resource, "_status": status})
+    keyword-argument call: a third of the cost, and plain attribute stores keep the fields in the instance
+    (no separate ``__dict__`` object for the garbage collector to track while the span waits in the export
+    queue). ``test_readable_spans_match_the_sdk`` checks the fields against the pinned SDK's."""
+    span = _new_object(readable)
+    span._name = name
+    span._context = context
+    span._kind = kind
+    span._instrumentation_info = None
+    span._instrumentation_scope = scope
+    span._parent = parent
+    span._start_time = start
+    span._end_time = end
+    span._attributes = attributes
+    span._events = events
+    span._links = ()
+    span._resource = resource
+    span._status = status
     return span
 
 
@@ -65,24 +77,58 @@ class Root:
 
 class _FastPath:
     def __init__(self, provider: Any) -> None:
-        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.sdk.trace import Event, ReadableSpan, SynchronousMultiSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+        from opentelemetry.sdk.trace.sampling import Decision
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         self._sampler = provider.sampler
-        self._ids = provider.id_generator
+        self._ids = ids = provider.id_generator
+        # the SDK's default generator is random.getrandbits with a retry on the invalid id 0: called directly
+        # (two Python calls less per request; ``begin`` asks the generator itself on a 0)
+        default = type(ids) is RandomIdGenerator
+        self._trace_id = functools.partial(random.getrandbits, 128) if default else ids.generate_trace_id
+        self._span_id = functools.partial(random.getrandbits, 64) if default else ids.generate_span_id
+        self._sampled_decision = Decision.RECORD_AND_SAMPLE
         self._resource = provider.resource
         self._processor = provider._active_span_processor  # noqa: SLF001 - pinned SDK, see module doc
+        # the provider's processors, when it is the SDK's own multi-processor: their tuple is replaced
+        # whenever one is added, so its identity says when _end must be rebuilt
+        self._multi = self._processor if type(self._processor) is SynchronousMultiSpanProcessor else None
+        self._batch = BatchSpanProcessor
+        self._seen: Any = None
+        self._end: Any = self._processor.on_end
         self._scope = InstrumentationScope(SCOPE_NAME, SCOPE_VERSION)
         self._readable = ReadableSpan
         self._event = Event
 
+    def _ender(self) -> Any:
+        """What takes a finished span: the provider's processor, or, when that is the SDK's multi-processor,
+        each BatchSpanProcessor's queue directly (every span we end is sampled: the check ``on_end`` repeats
+        through four property calls is already done) and any other processor's ``on_end``."""
+        multi = self._multi
+        if multi is None or multi._span_processors is self._seen:  # noqa: SLF001
+            return self._end
+        procs = self._seen = multi._span_processors  # noqa: SLF001
+        enders = tuple(p._batch_processor.emit if type(p) is self._batch else p.on_end  # noqa: SLF001
+                       for p in procs)
+        if len(enders) == 1:
+            self._end = enders[0]
+        else:
+            def end_all(span: Any) -> None:
+                for end in enders:
+                    end(span)
+            self._end = end_all
+        return self._end
+
     def begin(self, name: str, parent_ctx: context_api.Context | None, start_time: int | None = None) -> Root:
         parent = trace.get_current_span(parent_ctx).get_span_context()
         parent = parent if parent.is_valid else None
-        trace_id = parent.trace_id if parent else self._ids.generate_trace_id()
+        trace_id = parent.trace_id if parent else (self._trace_id() or self._ids.generate_trace_id())
         result = self._sampler.should_sample(parent_ctx, trace_id, name, SpanKind.SERVER)
-        sampled = result.decision.is_sampled()
-        span_id = self._ids.generate_span_id()
+        sampled = result.decision is self._sampled_decision  # Decision.is_sampled(), without the call
+        span_id = self._span_id() or self._ids.generate_span_id()
         span_context = _new_span_context((  # SpanContext(...) without its keyword parsing: same fields
             trace_id, span_id, False, _SAMPLED if sampled else _NOT_SAMPLED,
             result.trace_state if result.trace_state is not None else DEFAULT_TRACE_STATE,
@@ -101,7 +147,7 @@ class _FastPath:
         if root.sampler_attributes:
             attributes.update(root.sampler_attributes)
         status = Status(StatusCode.ERROR, error) if error else _UNSET
-        on_end, readable, resource, scope = self._processor.on_end, self._readable, self._resource, self._scope
+        on_end, readable, resource, scope = self._ender(), self._readable, self._resource, self._scope
         root_sc, event = root.span_context, self._event
         for stage_name, span_context, s_start, s_end, s_attrs, s_events in stages:
             if s_events:
@@ -123,12 +169,12 @@ class _FastPath:
         record_sc = _new_span_context((sc[0], sc[1], False, _SAMPLED, sc[4], sc[5]))  # tuple order, as above
         attributes[RECORD_ONLY] = True
         status = Status(StatusCode.ERROR, error) if error else _UNSET
-        self._processor.on_end(_readable_span(self._readable, name, record_sc, root.parent, self._resource,
-                                              attributes, (), SpanKind.SERVER, status, start, end, self._scope))
+        self._ender()(_readable_span(self._readable, name, record_sc, root.parent, self._resource, attributes, (),
+                                     SpanKind.SERVER, status, start, end, self._scope))
 
     def emit_child(self, root: Root, name: str, span_context: SpanContext, start: int, end: int,
                    attributes: dict, events: Sequence) -> None:
-        self._processor.on_end(_readable_span(
+        self._ender()(_readable_span(
             self._readable, name, span_context, root.span_context, self._resource, attributes,
             [self._event(n, a, t) for n, a, t in events], SpanKind.INTERNAL, _UNSET, start, end, self._scope))
 

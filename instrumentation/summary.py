@@ -9,7 +9,7 @@ from operator import sub
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from infersight.schemas import attributes as A
-from infersight.schemas.records import RequestRecord
+from infersight.schemas.records import FINISH_REASONS, RequestRecord
 
 if TYPE_CHECKING:
     from infersight.instrumentation.request import RequestContext
@@ -56,12 +56,18 @@ _OPTIONAL_FIGURES = ((A.TTFT, "ttft_s"), (A.TPOT, "tpot_s"), (A.QUEUE_DURATION, 
                      (A.GEN_AI_USAGE_INPUT_TOKENS, "tokens_in"))
 
 
+# one shared tuple per reason: a fresh one per request would keep the garbage collector tracking the
+# record's attribute dict (all its other values are atomic) while the span waits in the export queue
+_REASONS = {reason: (reason,) for reason in FINISH_REASONS}
+
+
 def root_attributes(req: RequestContext, s: dict[str, Any]) -> dict[str, Any]:
     """The root span's attributes (also the record-only span's, so built for every request)."""
     attrs: dict[str, Any] = req._inst._base_span_attrs.copy()
     attrs[A.GEN_AI_OPERATION_NAME] = req.operation
     attrs[A.GEN_AI_REQUEST_MODEL] = req.model
-    attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = (req._finish_reason,)
+    reason = req._finish_reason
+    attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = _REASONS.get(reason) or (reason,)
     attrs[A.E2E] = s["e2e_s"]
     if req._response_model is not None:
         attrs[A.GEN_AI_RESPONSE_MODEL] = req._response_model
