@@ -128,19 +128,19 @@ class Instrumentation:
         s = req._summarise(end)
         req._summary = s
         duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out = self._series_for(req)
-        obs = [(duration, s["e2e_s"])]
+        obs = [(duration, s["e2e_s"]), (tokens_out, s["tokens_out"])]
+        add = obs.append
         if req._error is None:  # semconv: TTFT and TPOT describe successful responses
-            if s["ttft_s"] is not None:
-                obs.append((ttft, s["ttft_s"]))
-            if s["tpot_s"] is not None:
-                obs.append((tpot, s["tpot_s"]))
-        if s["itl"] is not None:
-            obs.append((itl_p99, s["itl"].p99_s))
-        if s["queue_s"] is not None:
-            obs.append((queue, s["queue_s"]))
-        if s["tokens_in"] is not None:
-            obs.append((tokens_in, s["tokens_in"]))
-        obs.append((tokens_out, s["tokens_out"]))
+            if (value := s["ttft_s"]) is not None:
+                add((ttft, value))
+            if (value := s["tpot_s"]) is not None:
+                add((tpot, value))
+        if (itl := s["itl"]) is not None:
+            add((itl_p99, itl[4]))  # .p99_s
+        if (value := s["queue_s"]) is not None:
+            add((queue, value))
+        if (value := s["tokens_in"]) is not None:
+            add((tokens_in, value))
         self._histograms.record_series(obs)
         if req._prefix_queried:
             self.gauges.add_prefix_cache(req._prefix_queried, req._tokens_cached)

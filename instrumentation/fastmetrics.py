@@ -29,17 +29,18 @@ _BANKS_LOCK = threading.Lock()
 
 
 def _new_point(n_buckets: int, attrs: dict, name: str) -> list:
-    return [[0] * n_buckets, 0.0, 0, float("inf"), float("-inf"), attrs, name]
+    """[bucket counts, sum, min, max, attributes, metric name]; the count is the buckets' sum, taken at
+    collection (one update less per observation)."""
+    return [[0] * n_buckets, 0.0, float("inf"), float("-inf"), attrs, name]
 
 
 def _add(point: list, index: int, value: float) -> None:
     point[0][index] += 1
     point[1] += value
-    point[2] += 1
-    if value < point[3]:
+    if value < point[2]:
+        point[2] = value
+    if value > point[3]:
         point[3] = value
-    if value > point[4]:
-        point[4] = value
 
 
 class HistogramBank:
@@ -79,20 +80,26 @@ class HistogramBank:
         """Record ``(handle from series(), value)`` observations under one lock."""
         with self._lock:
             deltas = self._delta_targets  # each delta reader's points (usually none)
-            for (bounds, n_buckets, number, attrs, name, point), value in observations:
-                index = bisect_left(bounds, value)
+            for handle, value in observations:
+                index = bisect_left(handle[0], value)
+                point = handle[5]
                 point[0][index] += 1  # _add, inlined for the cumulative point (every observation)
                 point[1] += value
-                point[2] += 1
-                if value < point[3]:
+                if value < point[2]:
+                    point[2] = value
+                if value > point[3]:
                     point[3] = value
-                if value > point[4]:
-                    point[4] = value
-                for points in deltas:
-                    delta = points.get(number)
-                    if delta is None:
-                        delta = points[number] = _new_point(n_buckets, attrs, name)
-                    _add(delta, index, value)
+                if deltas:
+                    self._add_deltas(deltas, handle, index, value)
+
+    @staticmethod
+    def _add_deltas(deltas: tuple[dict, ...], handle: tuple, index: int, value: float) -> None:
+        _bounds, n_buckets, number, attrs, name, _point = handle
+        for points in deltas:
+            delta = points.get(number)
+            if delta is None:
+                delta = points[number] = _new_point(n_buckets, attrs, name)
+            _add(delta, index, value)
 
     def _retarget(self) -> None:
         """After ``_deltas`` changes (under the lock): the delta points ``record_series`` updates, built
@@ -115,12 +122,12 @@ class HistogramBank:
                 self._retarget()
             else:
                 points, start = self._cumulative, self._start_ns
-            snapshot = [(p[6], list(p[0]), p[1], p[2], p[3], p[4], p[5]) for p in points.values() if p[2]]
+            snapshot = [(p[5], list(p[0]), p[1], p[2], p[3], p[4]) for p in points.values() if any(p[0])]
         by_name: dict[str, list] = {}
-        for name, counts, total, count, low, high, attrs in snapshot:
+        for name, counts, total, low, high, attrs in snapshot:
             bounds = self._spec[name][0]
             by_name.setdefault(name, []).append(HistogramDataPoint(
-                attributes=attrs, start_time_unix_nano=start, time_unix_nano=now, count=count, sum=total,
+                attributes=attrs, start_time_unix_nano=start, time_unix_nano=now, count=sum(counts), sum=total,
                 bucket_counts=counts, explicit_bounds=list(bounds), min=low, max=high))
         return [Metric(name=name, description=self._spec[name][3], unit=self._spec[name][2],
                        data=Histogram(data_points=points_, aggregation_temporality=temporality))

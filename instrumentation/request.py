@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, MutableMapping
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as context_api
 from opentelemetry import propagate
 
 from infersight.instrumentation import selftelemetry as bad
+from infersight.instrumentation.spans import context_ops
 from infersight.instrumentation.summary import NS, build_record, itl_summary
 from infersight.schemas import attributes as A
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT, SAFETY_CHECK_EVENT
@@ -31,17 +31,7 @@ _NEW, _STARTED, _FINISHED = 0, 1, 2
 _SEVERITY = {v: i for i, v in enumerate(A.SAFETY_VERDICTS)}
 
 
-def _context_ops() -> tuple[Callable, Callable]:
-    """attach and detach straight on the ContextVar behind OpenTelemetry's default runtime context (the API's
-    functions add two Python calls each, on every request); the API's own with any other runtime context."""
-    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
-    var = getattr(runtime, "_current_context", None)
-    if type(runtime).__name__ == "ContextVarsRuntimeContext" and isinstance(var, ContextVar):
-        return var.set, var.reset
-    return context_api.attach, context_api.detach
-
-
-_attach, _reset = _context_ops()
+_attach, _reset = context_ops()[1:]
 
 
 def _detach(token: Any) -> None:
@@ -404,24 +394,36 @@ class RequestContext:
     def _bad(self, kind: str, detail: str) -> None:
         self._inst._self_telemetry.bad_input(kind, detail)
 
+    def _repair_stage(self, rec: list, start: int, end: int) -> tuple[int, int]:
+        """A stage that began before the request or was never closed: counted, then clamped to the request."""
+        if rec[2] < start:
+            self._bad(bad.NEGATIVE_DURATION, f"stage {rec[0]!r} started before the request")
+            rec[2] = start
+        if rec[3] is None:
+            self._bad(bad.STAGE_LEFT_OPEN, f"stage {rec[0]!r} still open at finish; closed there")
+            rec[3] = end
+        return rec[2], rec[3]
+
     def _summarise(self, end: int) -> dict[str, Any]:
         ticks, first, start = self._ticks, self._first, self._start
         if first is not None and (not ticks or ticks[0] >= first):  # well-formed: token_times(), inlined
             times = [first, *ticks]
         else:
             times = self.token_times()
-        stage_s: dict[str, float] = {}
+        queue = prefill = decode = None  # the stage sums a record carries (routing, safety: spans only)
         for rec in self._stages:
-            if rec[2] < start:
-                self._bad(bad.NEGATIVE_DURATION, f"stage {rec[0]!r} started before the request")
-                rec[2] = start
-            if rec[3] is None:
-                self._bad(bad.STAGE_LEFT_OPEN, f"stage {rec[0]!r} still open at finish; closed there")
-                rec[3] = end
-            stage_s[rec[0]] = stage_s.get(rec[0], 0.0) + (rec[3] - rec[2]) / NS
+            begun, ended = rec[2], rec[3]
+            if begun < start or ended is None:
+                begun, ended = self._repair_stage(rec, start, end)
+            name = rec[0]
+            if name == "decode":
+                decode = (ended - begun) / NS + (decode or 0.0)
+            elif name == "queue":
+                queue = (ended - begun) / NS + (queue or 0.0)
+            elif name == "prefill":
+                prefill = (ended - begun) / NS + (prefill or 0.0)
         first = times[0] if times else None
         n = len(times)
-        decode = stage_s.get("decode")
         if decode is None and n >= 2:
             decode = (times[-1] - first) / NS
         tokens_out = self._tokens_out if self._tokens_out is not None else n
@@ -429,7 +431,7 @@ class RequestContext:
             "end": end, "e2e_s": (end - start) / NS,
             "ttft_s": (first - start) / NS if first is not None else None,
             "tpot_s": (times[-1] - first) / (n - 1) / NS if n >= 2 else None,
-            "itl": itl_summary(times), "queue_s": stage_s.get("queue"), "prefill_s": stage_s.get("prefill"),
+            "itl": itl_summary(times), "queue_s": queue, "prefill_s": prefill,
             "decode_s": decode, "tokens_in": self._tokens_in, "tokens_out": tokens_out,
         }
 

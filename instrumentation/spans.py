@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import propagation as _trace_propagation
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
@@ -35,6 +38,24 @@ _new_span_context = functools.partial(tuple.__new__, SpanContext)
 
 
 _TRACE_ID_MAX, _SPAN_ID_MAX = 2**128 - 1, 2**64 - 1
+# the context key under which the API keeps the current span (private to the pinned API: without it, the
+# plain path is used)
+_SPAN_KEY = getattr(_trace_propagation, "_SPAN_KEY", None)
+
+
+def context_ops() -> tuple[Callable, Callable, Callable]:
+    """get_current, attach and detach straight on the ContextVar behind OpenTelemetry's default runtime
+    context (the API's functions add one or two Python calls each, several times a request); the API's own
+    with any other runtime context. The ContextVar's reset raises where the API's detach logs: callers
+    fall back to ``context_api.detach`` on an exception."""
+    runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    if type(runtime).__name__ == "ContextVarsRuntimeContext" and isinstance(var, ContextVar):
+        return var.get, var.set, var.reset
+    return context_api.get_current, context_api.attach, context_api.detach
+
+
+_current_context = context_ops()[0]
 _new_object = object.__new__
 
 
@@ -123,8 +144,10 @@ class _FastPath:
         return self._end
 
     def begin(self, name: str, parent_ctx: context_api.Context | None, start_time: int | None = None) -> Root:
-        parent = trace.get_current_span(parent_ctx).get_span_context()
-        parent = parent if parent.is_valid else None
+        base = parent_ctx if parent_ctx is not None else _current_context()  # the context the root joins
+        parent = base.get(_SPAN_KEY)  # trace.get_current_span(base), inlined
+        parent = parent.get_span_context() if isinstance(parent, Span) else None
+        parent = parent if parent is not None and parent.is_valid else None
         trace_id = parent.trace_id if parent else (self._trace_id() or self._ids.generate_trace_id())
         result = self._sampler.should_sample(parent_ctx, trace_id, name, SpanKind.SERVER)
         sampled = result.decision is self._sampled_decision  # Decision.is_sampled(), without the call
@@ -133,8 +156,9 @@ class _FastPath:
             trace_id, span_id, False, _SAMPLED if sampled else _NOT_SAMPLED,
             result.trace_state if result.trace_state is not None else DEFAULT_TRACE_STATE,
             0 < trace_id <= _TRACE_ID_MAX and 0 < span_id <= _SPAN_ID_MAX))
-        ctx = trace.set_span_in_context(NonRecordingSpan(span_context), parent_ctx)
-        return Root(ctx, span_context, parent, sampled, result.attributes or None, None, name)
+        values = base.copy()  # trace.set_span_in_context(span, base), inlined
+        values[_SPAN_KEY] = NonRecordingSpan(span_context)
+        return Root(Context(values), span_context, parent, sampled, result.attributes or None, None, name)
 
     def child_context(self, root: Root) -> tuple[SpanContext, context_api.Context]:
         sc = root.span_context
@@ -237,4 +261,4 @@ def _is_sdk(provider: Any) -> bool:
     except ImportError:  # only the API installed
         return False
     return (isinstance(provider, TracerProvider) and not getattr(provider, "_disabled", False)
-            and hasattr(provider, "_active_span_processor"))
+            and _SPAN_KEY is not None and hasattr(provider, "_active_span_processor"))

@@ -50,12 +50,6 @@ def itl_summary(token_times_ns: list[int]) -> ItlSummary | None:
                      gaps[i99] / NS, gaps[-1] / NS))
 
 
-# summary figures that become root attributes when present (a constant: no per-call tuples)
-_OPTIONAL_FIGURES = ((A.TTFT, "ttft_s"), (A.TPOT, "tpot_s"), (A.QUEUE_DURATION, "queue_s"),
-                     (A.PREFILL_DURATION, "prefill_s"), (A.DECODE_DURATION, "decode_s"),
-                     (A.GEN_AI_USAGE_INPUT_TOKENS, "tokens_in"))
-
-
 # one shared tuple per reason: a fresh one per request would keep the garbage collector tracking the
 # record's attribute dict (all its other values are atomic) while the span waits in the export queue
 _REASONS = {reason: (reason,) for reason in FINISH_REASONS}
@@ -75,10 +69,18 @@ def root_attributes(req: RequestContext, s: dict[str, Any]) -> dict[str, Any]:
         attrs[A.GEN_AI_RESPONSE_ID] = req._response_id
     if req._error is not None:
         attrs[A.ERROR_TYPE] = req._error
-    for key, field in _OPTIONAL_FIGURES:
-        value = s[field]
-        if value is not None:
-            attrs[key] = value
+    if (value := s["ttft_s"]) is not None:  # the optional figures, unrolled (every request)
+        attrs[A.TTFT] = value
+    if (value := s["tpot_s"]) is not None:
+        attrs[A.TPOT] = value
+    if (value := s["queue_s"]) is not None:
+        attrs[A.QUEUE_DURATION] = value
+    if (value := s["prefill_s"]) is not None:
+        attrs[A.PREFILL_DURATION] = value
+    if (value := s["decode_s"]) is not None:
+        attrs[A.DECODE_DURATION] = value
+    if (value := s["tokens_in"]) is not None:
+        attrs[A.GEN_AI_USAGE_INPUT_TOKENS] = value
     attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS] = s["tokens_out"]
     if req._tokens_cached:
         attrs[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = req._tokens_cached
