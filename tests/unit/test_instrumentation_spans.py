@@ -341,3 +341,67 @@ def test_readable_spans_match_the_sdk():
                           args["events"], SpanKind.SERVER, args["status"], 10, 20, args["instrumentation_scope"])
     assert vars(ours) == vars(ReadableSpan(**args))
     assert ours.to_json() == ReadableSpan(**args).to_json()
+
+
+def test_root_joins_the_current_span_and_restores_the_context():
+    h = Harness()
+    user_tracer = h.tp.get_tracer("user.code")
+    with user_tracer.start_as_current_span("http POST") as outer:
+        with h.inst.request("llama") as req:
+            inside = trace.get_current_span().get_span_context()
+            req.finish()
+        assert trace.get_current_span() is outer
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    root = h.spans()["chat llama"]
+    assert root.parent.span_id == outer.get_span_context().span_id
+    assert root.context.trace_id == outer.get_span_context().trace_id
+    assert inside.span_id == root.context.span_id
+
+
+def test_spans_reach_every_processor_including_one_added_later():
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class CountingIds(IdGenerator):
+        def __init__(self) -> None:
+            self.n = 0
+
+        def generate_span_id(self) -> int:
+            self.n += 1
+            return self.n
+
+        def generate_trace_id(self) -> int:
+            return 0xABC
+
+    for sampler, stage_spans in ((ALWAYS_ON, 1), (ALWAYS_OFF, 0)):
+        batched, simple, late = InMemorySpanExporter(), InMemorySpanExporter(), InMemorySpanExporter()
+        tp = TracerProvider(sampler=sampler, id_generator=CountingIds())
+        tp.add_span_processor(BatchSpanProcessor(batched))
+        tp.add_span_processor(SimpleSpanProcessor(simple))
+        inst = Instrumentation(tracer_provider=tp, meter_provider=MeterProvider(), gpu=False, settings=Settings())
+        for i in range(2):
+            if i == 1:
+                tp.add_span_processor(SimpleSpanProcessor(late))
+            with inst.request("llama") as req:
+                with req.stage("queue"):
+                    pass
+                req.finish()
+        tp.force_flush()
+        per_request = 1 + stage_spans
+        assert len(batched.get_finished_spans()) == len(simple.get_finished_spans()) == 2 * per_request
+        assert len(late.get_finished_spans()) == per_request
+        assert {s.context.trace_id for s in simple.get_finished_spans()} == {0xABC}  # the provider's ids
+        tp.shutdown()
+
+
+def test_leaving_a_request_in_another_context_does_not_raise():
+    """A request entered in one context and left in another (as an async generator closed elsewhere can
+    do): the ContextVar refuses the reset, the API's detach logs it, the request still finishes."""
+    import contextvars
+
+    h = Harness()
+    req = h.inst.request("llama")
+    contextvars.copy_context().run(req.__enter__)
+    contextvars.copy_context().run(req.__exit__, None, None, None)
+    assert [s.name for s in h.exporter.get_finished_spans()] == ["chat llama"]
+    assert h.records and h.records[0].finish_reason == "stop"
