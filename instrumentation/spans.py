@@ -14,8 +14,7 @@ import functools
 import random
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
@@ -83,9 +82,9 @@ def _readable_span(readable: type, name: str, context: SpanContext, parent: Span
     return span
 
 
-@dataclass(slots=True)
-class Root:
-    """The request's root span as decided at start: ids, sampling, and the context to make current."""
+class Root(NamedTuple):
+    """The request's root span as decided at start: ids, sampling, and the context to make current (a
+    tuple: ``begin`` builds one per request without the constructor's Python call)."""
 
     context: context_api.Context
     span_context: SpanContext
@@ -94,6 +93,9 @@ class Root:
     sampler_attributes: Any = None
     live_span: Any = None  # the API span, on the plain path only
     name: str = ""  # the span's name, built once at start
+
+
+_new_root = functools.partial(tuple.__new__, Root)
 
 
 class _FastPath:
@@ -107,8 +109,9 @@ class _FastPath:
         self._sampler = provider.sampler
         self._ids = ids = provider.id_generator
         # the SDK's default generator is random.getrandbits with a retry on the invalid id 0: called directly
-        # (two Python calls less per request; ``begin`` asks the generator itself on a 0)
-        default = type(ids) is RandomIdGenerator
+        # (two Python calls less per request; ``begin`` asks the generator itself on a 0, so its ids, and a
+        # valid parent's trace id, are always valid)
+        self._default_ids = default = type(ids) is RandomIdGenerator
         self._trace_id = functools.partial(random.getrandbits, 128) if default else ids.generate_trace_id
         self._span_id = functools.partial(random.getrandbits, 64) if default else ids.generate_span_id
         self._sampled_decision = Decision.RECORD_AND_SAMPLE
@@ -155,10 +158,10 @@ class _FastPath:
         span_context = _new_span_context((  # SpanContext(...) without its keyword parsing: same fields
             trace_id, span_id, False, _SAMPLED if sampled else _NOT_SAMPLED,
             result.trace_state if result.trace_state is not None else DEFAULT_TRACE_STATE,
-            0 < trace_id <= _TRACE_ID_MAX and 0 < span_id <= _SPAN_ID_MAX))
+            self._default_ids or (0 < trace_id <= _TRACE_ID_MAX and 0 < span_id <= _SPAN_ID_MAX)))
         values = base.copy()  # trace.set_span_in_context(span, base), inlined
         values[_SPAN_KEY] = NonRecordingSpan(span_context)
-        return Root(Context(values), span_context, parent, sampled, result.attributes or None, None, name)
+        return _new_root((Context(values), span_context, parent, sampled, result.attributes or None, None, name))
 
     def child_context(self, root: Root) -> tuple[SpanContext, context_api.Context]:
         sc = root.span_context
