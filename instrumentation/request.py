@@ -9,7 +9,7 @@ counted on the self-telemetry counter (see ``selftelemetry``) and ignored.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as context_api
@@ -248,6 +248,26 @@ class RequestContext:
                 self._first = now
         else:
             self._first = now
+
+    def mark_tokens(self, times_ns: Sequence[int]) -> None:
+        """Tokens after the first whose times were taken elsewhere (an engine's own timings, reported after the
+        fact), in this request's clock (ns), in order: ``token()`` for each, without the calls."""
+        if self._state != _STARTED:
+            self._bad(bad.NOT_STARTED if self._state == _NEW else bad.AFTER_FINISH, "mark_tokens()")
+            return
+        try:
+            times = times_ns if type(times_ns) is list else list(times_ns)
+            ordered = sorted(times)  # linear on the ordered input it normally gets
+        except TypeError:
+            ordered = None
+        if ordered is None or (ordered and not isinstance(ordered[0], int | float)):  # mutually ordered: all alike
+            self._bad(bad.BAD_TYPE, f"mark_tokens() needs clock readings in ns, got {times_ns!r:.80}")
+            return
+        if ordered != times or (self._ticks and ordered and ordered[0] < self._ticks[-1]):
+            self._bad(bad.NEGATIVE_DURATION, "mark_tokens() times out of order; put in order")
+            ordered = sorted(self._ticks + ordered)
+            self._ticks.clear()
+        self._ticks.extend(ordered)
 
     def usage(self, input_tokens: int | None = None, output_tokens: int | None = None,
               cached_tokens: int | None = None) -> None:

@@ -165,9 +165,12 @@ class _FastPath:
 
     def child_context(self, root: Root) -> tuple[SpanContext, context_api.Context]:
         sc = root.span_context
-        child = SpanContext(sc.trace_id, self._ids.generate_span_id(), is_remote=False,
-                            trace_flags=sc.trace_flags, trace_state=sc.trace_state)
-        return child, trace.set_span_in_context(NonRecordingSpan(child), root.context)
+        span_id = self._span_id() or self._ids.generate_span_id()
+        child = _new_span_context((sc[0], span_id, False, sc[3], sc[4],  # as in begin: SpanContext's fields
+                                   sc[5] and (self._default_ids or 0 < span_id <= _SPAN_ID_MAX)))
+        values = root.context.copy()  # trace.set_span_in_context(span, root.context), inlined
+        values[_SPAN_KEY] = NonRecordingSpan(child)
+        return child, Context(values)
 
     def emit(self, root: Root, name: str, start: int, end: int, attributes: dict, events: Sequence,
              error: str | None, stages: Sequence[tuple]) -> None:

@@ -4,8 +4,9 @@ read by attribute name, defensively (vLLM marks them unstable), so this core run
 Per engine step (``record``): a few attribute writes for the gauges, the prefix-cache counters, and one
 float appended to the step timeline (the step's inter-token gap). Per finished request: the request is
 replayed through the generic API (:class:`~infersight.instrumentation.Instrumentation`) at the times
-vLLM measured, so it feeds exactly the same histograms and root span as any other server, and, when
-vLLM's own tracing is on, its stage spans are emitted as children of vLLM's ``llm_request`` span.
+vLLM measured (its tokens' times given at once, with ``mark_tokens``), so it feeds exactly the same
+histograms and root span as any other server, and, when vLLM's own tracing is on, its stage spans are
+emitted as children of vLLM's ``llm_request`` span.
 Nothing here runs per token.
 
 Times. ``FinishedRequestStats`` carries intervals (engine-core clock) and ``IterationStats`` the frontend
@@ -26,7 +27,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Mapping
-from itertools import islice
+from itertools import accumulate, islice, repeat
+from operator import mul
 from typing import Any
 
 from opentelemetry import trace
@@ -119,7 +121,7 @@ class StatsTranslator:
             recent = list(islice(reversed(self._step_gaps), k))
             recent.reverse()
             if abs(sum(recent) - decode_s) <= max(1e-4, 0.01 * decode_s):
-                return [int(g * NS) for g in recent]
+                return list(map(int, map(mul, recent, repeat(NS))))  # [int(g * NS) ...] without the loop
         self.gap_fallbacks += 1
         even = int(decode_s * NS / k)
         return [even] * k
@@ -167,16 +169,14 @@ class StatsTranslator:
         stage = req.stage("prefill", **prefill_attrs)
         now[0] = first
         stage.end()
-        decode_attrs = self._decode_attributes(first, gaps, n_out)
+        marks = list(accumulate(gaps, initial=first))  # the tokens' times: first, then one per gap
+        if marks[-1] > end:
+            marks = [min(t, end) for t in marks]
+        decode_attrs = self._decode_attributes(marks, n_out)
         if n_out:
             req.first_token()
             stage = req.stage("decode", **decode_attrs)
-            t = first
-            token = req.token
-            for gap in gaps:
-                t = min(t + gap, end)
-                now[0] = t
-                token()
+            req.mark_tokens(marks[1:])
             now[0] = end
             stage.end()
         req.usage(input_tokens=n_in, output_tokens=n_out, cached_tokens=n_cached)
@@ -190,16 +190,12 @@ class StatsTranslator:
                 ("decode", first, end, {A.STAGE: "decode", **decode_attrs}) if n_out else None))
 
     @staticmethod
-    def _decode_attributes(first: int, gaps: list[int], n_out: int) -> dict[str, Any]:
+    def _decode_attributes(marks: list[int], n_out: int) -> dict[str, Any]:
         attrs: dict[str, Any] = {A.GEN_AI_USAGE_OUTPUT_TOKENS: n_out}
-        if len(gaps) >= 1:
-            marks = [first]
-            for gap in gaps:
-                marks.append(marks[-1] + gap)
-            s = itl_summary(marks)
-            if s is not None:
-                attrs.update({A.TPOT: s.mean_s, A.ITL_COUNT: s.count, A.ITL_MEAN: s.mean_s, A.ITL_P50: s.p50_s,
-                              A.ITL_P90: s.p90_s, A.ITL_P99: s.p99_s, A.ITL_MAX: s.max_s})
+        s = itl_summary(marks)
+        if s is not None:
+            attrs.update({A.TPOT: s.mean_s, A.ITL_COUNT: s.count, A.ITL_MEAN: s.mean_s, A.ITL_P50: s.p50_s,
+                          A.ITL_P90: s.p90_s, A.ITL_P99: s.p99_s, A.ITL_MAX: s.max_s})
         return attrs
 
     def _emit_under_llm_request(self, request_id: str | None, stages: tuple) -> None:

@@ -63,6 +63,10 @@ CASES = {
     "bad_error_value": (kinds.BAD_TYPE, lambda req, h: req.error(42)),
     "double_finish": (kinds.DOUBLE_FINISH, lambda req, h: (req.finish(), req.finish())),
     "double_start": (kinds.DOUBLE_START, lambda req, h: req.start()),
+    "mark_tokens_not_numbers": (kinds.BAD_TYPE, lambda req, h: (req.first_token(), req.mark_tokens(["a", "b"]))),
+    "mark_tokens_out_of_order": (kinds.NEGATIVE_DURATION,
+                                 lambda req, h: (req.first_token(), req.mark_tokens([h.clock.now + 9, h.clock.now]))),
+    "mark_tokens_after_finish": (kinds.AFTER_FINISH, lambda req, h: (req.finish(), req.mark_tokens([h.clock.now]))),
 }
 
 
@@ -181,3 +185,34 @@ def test_a_failing_record_sink_is_counted():
         pass
     errors, requests = counts(h.reader)
     assert errors[kinds.INTERNAL] == 1 and requests[M.GEN_AI_SERVER_REQUEST_DURATION] == 1
+
+
+def test_mark_tokens_gives_the_same_figures_as_token_calls():
+    """An engine's own token times, given at once, summarise exactly as the same marks made live; out of
+    order they are counted and put in order."""
+    gaps_ms = (3, 1, 4, 1, 5, 9, 2, 6)
+    records = []
+    for way in ("live", "at_once", "shuffled"):
+        h = make()
+        with h.inst.request("llama") as req:
+            h.clock.ms(20)
+            req.first_token()
+            times = []
+            for gap in gaps_ms:
+                h.clock.ms(gap)
+                if way == "live":
+                    req.token()
+                times.append(h.clock.now)
+            if way == "at_once":
+                req.mark_tokens(times)
+            elif way == "shuffled":
+                req.mark_tokens(times[4:])
+                req.mark_tokens(times[:4])
+        records.append(req.record())
+        errors, _ = counts(h.reader)
+        assert errors.get(kinds.NEGATIVE_DURATION, 0) == (1 if way == "shuffled" else 0)
+    live, at_once, shuffled = records
+    assert live.itl_count == len(gaps_ms) and live.itl_max_s == pytest.approx(0.009)
+    fields = ("itl_count", "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_mean_s", "ttft_s", "tokens_out")
+    for other in (at_once, shuffled):
+        assert [getattr(other, f) for f in fields] == [getattr(live, f) for f in fields]
