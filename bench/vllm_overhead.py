@@ -84,7 +84,6 @@ async def run_round(llm, params, n_requests: int, tag: str) -> tuple[int, float,
 
 async def bench(args) -> dict:
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -95,6 +94,7 @@ async def bench(args) -> dict:
 
     from infersight.instrumentation.config import build_resource
     from infersight.instrumentation.meters import views
+    from infersight.instrumentation.otlp import OTLPSpanExporter
     from infersight.instrumentation.vllm_adapter.engine import start_async_llm
     from infersight.instrumentation.vllm_adapter.plugin import InfersightStatLogger
     from infersight.instrumentation.vllm_adapter.tiny_model import build_tiny_model
@@ -103,7 +103,8 @@ async def bench(args) -> dict:
     llm = None
     try:
         llm = start_async_llm(build_tiny_model(), max_num_seqs=args.max_num_seqs, enable_prefix_caching=False)
-        # Our plugin, exporting to the sink (private providers, as the plugin makes from OTEL_* variables).
+        # Our plugin, exporting to the sink (private providers and exporters, as the plugin makes them from the
+        # OTEL_* variables: our OTLP/gRPC span exporter).
         tp = TracerProvider(resource=build_resource())
         tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
         mp = MeterProvider(metric_readers=[PeriodicExportingMetricReader(
@@ -174,7 +175,7 @@ def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (under 3 minutes with engine start)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=96, help="requests per round (rounds of ~1 s here)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=16)
     args = parser.parse_args()

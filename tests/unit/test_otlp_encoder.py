@@ -1,0 +1,132 @@
+"""The fast OTLP span encoder gives the very message the SDK's encoder gives, for spans of every shape, and
+the exporter built on it delivers spans to a real OTLP/gRPC receiver."""
+
+from __future__ import annotations
+
+import logging
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
+from opentelemetry.trace.span import TraceState
+
+from infersight.instrumentation import Instrumentation, Settings
+from infersight.instrumentation.otlp import OTLPSpanExporter, encode_spans
+from infersight.instrumentation.vllm_adapter.sink import OtlpSink
+
+ATTRIBUTES = {"s": "text", "empty": "", "unicode": "größe ✓", "t": True, "f": False, "i": 42, "zero": 0,
+              "neg": -7, "big": 2**62, "x": 0.25, "nan_free": -1e300, "strs": ("a", "b"), "ints": [1, -2, 3],
+              "bools": (True, False), "floats": [0.5, 1.5], "empty_seq": ()}
+
+
+def _sdk_spans() -> list:
+    exporter = InMemorySpanExporter()
+    resource = Resource.create({"service.name": "svc", "cloud.region": "eu-west-1", "k8s.pod.uid": 7}, "https://s/1")
+    provider = TracerProvider(resource=resource, span_limits=SpanLimits(max_attributes=20, max_events=2,
+                                                                         max_links=1))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("lib.a", "1.2.3", schema_url="https://schema/2",
+                                 attributes={"scope.attr": "v"})
+    other = provider.get_tracer("lib.b")
+    remote = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True,
+                         trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=TraceState([("vendor", "x1")]))
+    linked = SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    with tracer.start_as_current_span("root", context=set_span_in_context(NonRecordingSpan(remote)),
+                                      kind=SpanKind.SERVER, attributes=ATTRIBUTES,
+                                      links=[Link(linked, {"link.attr": 1}), Link(linked)]) as root:
+        root.add_event("first", {"e": "v", "n": 3})
+        root.add_event("second")
+        root.add_event("third, dropped by the limit")
+        with other.start_as_current_span("child", kind=SpanKind.CLIENT) as child:
+            child.set_status(Status(StatusCode.ERROR, "boom"))
+            child.set_attribute("too.many", list(range(3)))
+            for i in range(25):  # over max_attributes: dropped_attributes_count
+                child.set_attribute(f"a{i}", i)
+        with tracer.start_as_current_span("ok", kind=SpanKind.PRODUCER) as ok:
+            ok.set_status(Status(StatusCode.OK))
+    with other.start_as_current_span("", kind=SpanKind.CONSUMER):  # no name, no parent
+        pass
+    return list(exporter.get_finished_spans())
+
+
+def _ours(spans) -> ExportTraceServiceRequest:
+    return ExportTraceServiceRequest.FromString(encode_spans(spans))
+
+
+def test_sdk_spans_of_every_shape_encode_to_the_sdk_encoders_message():
+    spans = _sdk_spans()
+    assert any(s.dropped_attributes for s in spans) and any(s.dropped_events for s in spans)
+    assert any(s.dropped_links for s in spans)
+    assert _ours(spans) == sdk_encode_spans(spans)
+
+
+def test_our_fast_path_spans_encode_to_the_sdk_encoders_message():
+    for sampler in (None, ALWAYS_OFF):  # full traces, then record-only roots
+        exporter = InMemorySpanExporter()
+        tp = TracerProvider(sampler=sampler) if sampler else TracerProvider()
+        tp.add_span_processor(SimpleSpanProcessor(exporter))
+        inst = Instrumentation(tracer_provider=tp, meter_provider=MeterProvider(), gpu=False,
+                               settings=Settings(region="eu-west-1", track="canary", model_version="v3"))
+        for i in range(3):
+            with inst.request("llama", headers={"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01"} if i else None) as req:
+                with req.stage("queue"):
+                    pass
+                with req.safety("input", check="pii") as guard:
+                    guard.verdict("flag")
+                req.first_token()
+                req.token()
+                req.evaluation("relevance", 0.5, sample_rate=0.1)
+                req.usage(input_tokens=12, output_tokens=2, cached_tokens=4)
+                if i == 2:
+                    req.error("TimeoutError")
+                req.finish()
+        spans = exporter.get_finished_spans()
+        assert len(spans) >= 3
+        assert _ours(spans) == sdk_encode_spans(spans)
+
+
+def test_an_attribute_that_cannot_be_encoded_is_left_out_as_the_sdk_does(caplog):
+    spans = _sdk_spans()
+    spans[0]._attributes = {**spans[0].attributes, "huge": 2**70, "obj": object()}  # past the SDK's validation
+    with caplog.at_level(logging.ERROR):
+        ours = _ours(spans)
+    assert ours == sdk_encode_spans(spans)
+    assert "huge" not in {kv.key for kv in ours.resource_spans[0].scope_spans[0].spans[0].attributes}
+
+
+def test_exporter_delivers_to_a_real_otlp_grpc_receiver():
+    sink = OtlpSink(keep=True).start()
+    try:
+        spans = _sdk_spans()
+        exporter = OTLPSpanExporter(endpoint=sink.endpoint, insecure=True)
+        assert exporter.export(spans).name == "SUCCESS"
+        exporter.shutdown()
+        assert sink.spans == len(spans)
+        assert sink.kept[0] == sdk_encode_spans(spans)
+    finally:
+        sink.stop()
+
+
+def test_exporter_is_what_the_vllm_plugin_builds_and_an_otel_traces_exporter_choice():
+    from importlib.metadata import entry_points
+
+    from infersight.instrumentation.vllm_adapter.providers import _span_exporter
+
+    assert type(_span_exporter({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"})) is OTLPSpanExporter
+    [entry] = [e for e in entry_points(group="opentelemetry_traces_exporter") if e.name == "infersight_otlp"]
+    assert entry.load() is OTLPSpanExporter  # OTEL_TRACES_EXPORTER=infersight_otlp with opentelemetry-instrument
