@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import struct
 
+from infersight.instrumentation.otlp_encoder import varint_loop as _varint
+
 _DOUBLE = struct.Struct("<d").pack
 _TWO_FIXED64 = struct.Struct("<BQBQ").pack  # span start (field 7) and end (field 8) with their tags
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 _SMALL = tuple(_varint(i) for i in range(1 << 16))  # token counts and lengths: a lookup, not a loop

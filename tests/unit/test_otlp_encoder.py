@@ -26,7 +26,8 @@ from opentelemetry.trace import (
 from opentelemetry.trace.span import TraceState
 
 from infersight.instrumentation import Instrumentation, Settings
-from infersight.instrumentation.otlp import OTLPSpanExporter, encode_spans
+from infersight.instrumentation.otlp import OTLPSpanExporter
+from infersight.instrumentation.otlp_encoder import encode_spans
 from infersight.instrumentation.vllm_adapter.sink import OtlpSink
 
 ATTRIBUTES = {"s": "text", "empty": "", "unicode": "größe ✓", "t": True, "f": False, "i": 42, "zero": 0,
