@@ -75,28 +75,42 @@ def labels_of(key: str) -> dict[str, str]:
     return dict(zip(P.SERIES_LABELS, key.split("\x1f"), strict=True))
 
 
-def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: Cumulative) -> bytes:
-    """One window of one series: counters and histograms (cumulative), per-window gauges and quantiles."""
-    labels = labels_of(key)
-    batch = MetricsBatch(JOB)
-    t, t0 = window_end_ns, cumulative.start_ns
+def _add_totals(batch: MetricsBatch, labels: dict[str, str], cumulative: Cumulative, t: int) -> None:
+    t0 = cumulative.start_ns
     batch.counter(P.REQUESTS, "{request}", labels, cumulative.requests, t0, t)
     for error, n in sorted(cumulative.errors.items()):
         batch.counter(P.ERRORS, "{request}", {**labels, P.LABEL_ERROR_TYPE: error}, n, t0, t)
     for kind, n in cumulative.tokens.items():
         batch.counter(P.TOKENS, "{token}", {**labels, P.LABEL_TOKEN_TYPE: kind}, n, t0, t)
-    batch.gauge(P.WINDOW_REQUESTS, "{request}", labels, stats.requests, t)
-    if stats.requests:
-        batch.gauge(P.WINDOW_ERROR_RATIO, "1", labels, stats.error_count / stats.requests, t)
     for field, (name, bounds) in P.DISTRIBUTIONS.items():
         total = cumulative.dists[field]
         if total.n:
             batch.histogram(name, "s", labels, bounds, total.counts, total.total, t0, t)
+
+
+def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: Cumulative) -> bytes:
+    """One window of one series: counters and histograms (cumulative), per-window gauges and quantiles."""
+    labels = labels_of(key)
+    batch = MetricsBatch(JOB)
+    t = window_end_ns
+    _add_totals(batch, labels, cumulative, t)
+    batch.gauge(P.WINDOW_REQUESTS, "{request}", labels, stats.requests, t)
+    if stats.requests:
+        batch.gauge(P.WINDOW_ERROR_RATIO, "1", labels, stats.error_count / stats.requests, t)
+    for field, (name, _bounds) in P.DISTRIBUTIONS.items():
         dist = stats.dists[field]
         for q in P.QUANTILES:
             value = dist.quantile(q)
             if value is not None:
                 batch.gauge(name + P.WINDOW_QUANTILE_SUFFIX, "s", {**labels, P.LABEL_QUANTILE: str(q)}, value, t)
+    return batch.serialize()
+
+
+def encode_totals(key: str, time_ns: int, cumulative: Cumulative) -> bytes:
+    """A series' running totals alone (counters and cumulative histograms, no per-window figures): how late
+    records reach Prometheus when the series has no next window to carry them."""
+    batch = MetricsBatch(JOB)
+    _add_totals(batch, labels_of(key), cumulative, time_ns)
     return batch.serialize()
 
 

@@ -115,24 +115,45 @@ class WithWindowEnd(ProcessWindowFunction):
 class CumulateSeries(KeyedProcessFunction):
     """Per series: running totals across windows -> one OTLP batch per window. Late records (``end_ns``
     None) join the running totals without a batch of their own: counters and cumulative histograms count
-    every request, only the per-window gauges and quantiles miss the late ones."""
+    every request, only the per-window gauges and quantiles miss the late ones. The series' next window
+    shows them; when none comes within ``flush_windows`` windows (processing time: the series stopped), a
+    batch of the totals alone does, stamped 1 ms after the series' last batch (Prometheus takes a series'
+    samples only in time order, and the next window, if one comes after all, ends later still)."""
 
-    def __init__(self, window_ns: int) -> None:
+    def __init__(self, window_ns: int, flush_windows: int = 2) -> None:
         self.window_ns = window_ns
+        self.flush_ms = flush_windows * window_ns // MS
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.totals = runtime_context.get_state(ValueStateDescriptor("totals", Types.PICKLED_BYTE_ARRAY()))
+        # (stamp of the series' last batch or None, late records not shown yet)
+        self.shown = runtime_context.get_state(ValueStateDescriptor("shown", Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         key, end_ns, stats = value[:3]
         if end_ns is None:  # a late record: into the running totals, shown with the series' next window
             totals = self.totals.value() or Cumulative(value[3] // self.window_ns * self.window_ns)
             self.totals.update(totals.add_window(stats))
+            last_ns, pending = self.shown.value() or (None, False)
+            if not pending:  # one flush timer however many late batches come
+                timers = ctx.timer_service()
+                timers.register_processing_time_timer(timers.current_processing_time() + self.flush_ms)
+                self.shown.update((last_ns, True))
             return
         totals = self.totals.value() or Cumulative(end_ns - self.window_ns)
         totals.add_window(stats)
         self.totals.update(totals)
+        self.shown.update((end_ns, False))
         yield core.encode_window(key, end_ns, stats, totals)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        last_ns, pending = self.shown.value() or (None, False)
+        totals = self.totals.value()
+        if not pending or totals is None:  # a window showed them meanwhile
+            return
+        stamp = last_ns + MS if last_ns is not None else totals.start_ns + self.window_ns
+        self.shown.update((stamp, False))
+        yield core.encode_totals(ctx.get_current_key(), stamp, totals)
 
 
 class CumulatePods(KeyedProcessFunction):

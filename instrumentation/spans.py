@@ -1,8 +1,11 @@
 """Span output. With the OpenTelemetry SDK's ``TracerProvider`` (the usual case) spans are built cheaply:
 the provider's own sampler and id generator decide and name them at request start, and at request end
-finished ``ReadableSpan`` objects go straight to the provider's span processors (the user's exporters),
-skipping the SDK's live-span machinery (locks, attribute re-validation, per-call context handling).
-Any other provider gets the plain API path: real spans with explicit start and end times.
+finished ``ReadableSpan`` objects go straight to the provider's span processors (a BatchSpanProcessor's
+queue directly), skipping the SDK's live-span machinery (locks, attribute re-validation, per-call context
+handling). This leans on a few internals of the pinned SDK and API (the processor list, the context key of
+the current span, the runtime context's ContextVar); the tests check each against the real packages, and
+without the context key the plain path is used. Any other provider gets the plain API path: real spans
+with explicit start and end times.
 
 For a trace the sampler dropped, only the root span is exported, marked ``infersight.record_only`` (the
 request's record: the Flink metrics need every request); with the plain path, nothing.

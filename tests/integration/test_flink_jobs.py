@@ -220,7 +220,7 @@ def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(job
     assert abs(np.mean(list(p99.values())) - exact_global) / exact_global > 0.05
 
 
-def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals(jobs, stack):
+def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals_when_the_series_stops(jobs, stack):
     bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
     now = time.time_ns()
     [lead] = batch(f"lead-{uuid.uuid4().hex[:6]}", 1, now + 60 * NS, seed=3)
@@ -246,11 +246,15 @@ def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals(jobs,
     wait_until(send_then_check, 150, "a late record on infersight.late", every_s=5.0)
     wait_until(lambda: (prom_value(prom_url, "sum(infersight_late_records_total)") or 0) > before, 120,
                "the late counter to grow")
-    # the series' next on-time window carries every request in its counter, late ones included
+    # the series stops: within two windows its totals are shown alone, late requests included
+    total = f'sum(infersight_requests_total{{model="{model}",region!="global"}})'
+    wait_until(lambda: prom_value(prom_url, total) == len(sent), 120, f"{len(sent)} requests of {model} in its "
+               "counter without a next window")
+    assert prom_value(prom_url, f'sum(infersight_requests_total{{model="{model}",region="global"}})') == len(sent)
+    # and a next on-time window after that flush still reaches Prometheus (its samples stay in time order)
     on_time = dataclasses.replace(first, trace_id=uuid.uuid4().hex, span_id=uuid.uuid4().hex[:16],
                                   start_ns=first.start_ns + 130 * NS, end_ns=first.end_ns + 130 * NS)
     produce_requests(bootstrap, [on_time])
-    total = f'sum(infersight_requests_total{{model="{model}",region!="global"}})'
     wait_until(flushing(Flusher(bootstrap, on_time.end_ns), lambda: prom_value(prom_url, total) == len(sent) + 1),
                180, f"{len(sent) + 1} requests of {model} in its counter")
     assert prom_value(prom_url, f'sum(infersight_requests_total{{model="{model}",region="global"}})') == len(sent) + 1

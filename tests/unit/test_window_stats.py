@@ -95,6 +95,31 @@ def test_encoded_window_carries_cumulative_counters_histograms_and_quantiles():
         ["0.5", "0.9", "0.99"]
 
 
+def test_encoded_totals_carry_the_counters_and_histograms_of_the_window_batch_and_nothing_per_window():
+    """How late records of a series that stopped reach Prometheus: the same cumulative points a window batch
+    carries, at the given time, and no per-window gauge (those late records have no window)."""
+    recs = records(500, slow_region=None)
+    stats = WindowStats()
+    for r in recs:
+        stats.add(r)
+    key = core.series_key(recs[0])
+    totals = Cumulative(START).add_window(stats)
+    at = START + 10**9 + 1_000_000
+
+    def points(payload: bytes) -> dict:
+        req = ExportMetricsServiceRequest.FromString(payload)
+        return {m.name: m for m in req.resource_metrics[0].scope_metrics[0].metrics}
+
+    alone = points(core.encode_totals(key, at, totals))
+    window = points(core.encode_window(key, at, stats, totals))
+    assert set(alone) == {name for name, m in window.items() if m.WhichOneof("data") in ("sum", "histogram")}
+    assert P.WINDOW_REQUESTS not in alone and P.REQUESTS in alone
+    for name, metric in alone.items():
+        assert metric == window[name], name
+        kind = metric.WhichOneof("data")
+        assert all(p.time_unix_nano == at for p in getattr(metric, kind).data_points)
+
+
 def test_pod_gauges_roll_up_per_their_meaning_and_cost_follows_the_pricing():
     pods = core.PodWindow.empty()
     for pod, depth, kv, util in (("a", 3, 0.5, 0.9), ("b", 5, 0.7, 0.5)):
