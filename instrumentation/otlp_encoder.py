@@ -25,7 +25,7 @@ _FIXED64 = struct.Struct("<Q").pack
 _FIXED32 = struct.Struct("<I").pack
 _INT64_MASK = (1 << 64) - 1
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: the SDK sets the first always, the second for remote parents
-_KEY_CACHE_MAX = 4096
+_CACHE_MAX = 4096
 
 
 def varint_loop(n: int) -> bytes:
@@ -101,10 +101,13 @@ def _key_value(key: str, value: Any) -> bytes:
     if encoded_key is None:
         raw = key.encode()
         encoded_key = b"\x0a" + _varint(len(raw)) + raw
-        if len(_keys) < _KEY_CACHE_MAX:
-            _keys[key] = encoded_key
+        if len(_keys) >= _CACHE_MAX:  # bounded: emptied when full, so the recurring entries come back
+            _keys.clear()
+        _keys[key] = encoded_key
     body = encoded_key + _field(b"\x12", _any_value(value))
-    if type(value) is str and len(_string_pairs) < _KEY_CACHE_MAX:
+    if type(value) is str:
+        if len(_string_pairs) >= _CACHE_MAX:  # unique values (response ids) must not crowd the rest out
+            _string_pairs.clear()
         _string_pairs[(key, value)] = body
     return body
 

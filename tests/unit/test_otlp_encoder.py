@@ -131,3 +131,18 @@ def test_exporter_is_what_the_vllm_plugin_builds_and_an_otel_traces_exporter_cho
     assert type(_span_exporter({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"})) is OTLPSpanExporter
     [entry] = [e for e in entry_points(group="opentelemetry_traces_exporter") if e.name == "infersight_otlp"]
     assert entry.load() is OTLPSpanExporter  # OTEL_TRACES_EXPORTER=infersight_otlp with opentelemetry-instrument
+
+
+def test_the_encoders_caches_stay_bounded_with_unique_values():
+    from infersight.instrumentation import otlp_encoder
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("lib")
+    for i in range(otlp_encoder._CACHE_MAX + 50):
+        with tracer.start_as_current_span("s", attributes={"gen_ai.response.id": f"chatcmpl-{i}", "k": "v"}):
+            pass
+    spans = exporter.get_finished_spans()
+    assert _ours(spans) == sdk_encode_spans(spans)
+    assert len(otlp_encoder._string_pairs) <= otlp_encoder._CACHE_MAX
