@@ -1,9 +1,9 @@
 """Flink job figures: sustained records/s of normalize and metrics, CPU per stack component, and the
 decision figures for sending only request-level spans to ``infersight.otlp.requests``.
 
-    .venv/bin/python bench/jobs_bench.py                               # full: 200k-request backlog (~4 min)
-    .venv/bin/python bench/jobs_bench.py --quick                       # < 3 min: 100k-request backlog
-    .venv/bin/python bench/jobs_bench.py --quick --state-dir /tmp/devstack
+    .venv/bin/python -m bench.jobs_bench                               # full: 200k-request backlog (~4 min)
+    .venv/bin/python -m bench.jobs_bench --quick                       # < 3 min: 100k-request backlog
+    .venv/bin/python -m bench.jobs_bench --quick --state-dir /tmp/devstack
 
 Writes bench/results/jobs.json. Uses the stack at --state-dir (the default `infersight up` stack) as
 it is; starts it only if it is not running, and then stops it again. Throughput is read from Flink's
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from results_file import save_results
+from bench.results_file import save_results
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "jobs.json"

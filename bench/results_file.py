@@ -6,18 +6,34 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 
+def git_commit() -> str:
+    """The commit the working tree is at, with ``-dirty`` when it holds uncommitted changes to tracked files."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
 def save_results(path: Path, result: dict[str, Any]) -> dict[str, Any]:
-    """Add machine, measured_at and command (this script and its arguments) to ``result``; write it as JSON."""
+    """Add machine, commit, measured_at and command (``python -m bench.<module>`` + arguments) to ``result``;
+    write it as JSON."""
     result.update({
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "commit": git_commit(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": shlex.join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+        "command": shlex.join(["python", "-m", f"bench.{Path(sys.argv[0]).stem}", *sys.argv[1:]]),
     })
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """Stack figures: set-up time cold and warm, start to all-healthy, resident memory at idle.
 
-    .venv/bin/python bench/stack_bench.py            # full: includes a cold set-up (~8 min)
-    .venv/bin/python bench/stack_bench.py --quick    # < 3 min: warm set-up, start, idle RSS;
+    .venv/bin/python -m bench.stack_bench            # full: includes a cold set-up (~8 min)
+    .venv/bin/python -m bench.stack_bench --quick    # < 3 min: warm set-up, start, idle RSS;
                                                      # keeps the last measured cold figure
 
 Writes bench/results/stack.json. Cold = a fresh clone with an empty INFERSIGHT_CACHE (uv,
@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.results_file import save_results
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "stack.json"
@@ -94,12 +95,8 @@ def main() -> None:
         "idle_rss_mib": round(sum(rss.values()), 1),
         "idle_rss_mib_by_component": {k: round(v, 1) for k, v in sorted(rss.items())},
         "idle_s_before_rss": args.idle_s,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": "bench/stack_bench.py" + (" --quick" if args.quick else ""),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_results(RESULTS, result)
     print(json.dumps(result, indent=2))
 
 

@@ -3,9 +3,9 @@ gateways, Kafka, the normalize, metrics and archive jobs on Flink, the sink coll
 for each step, records the load held with zero loss, freshness (request end -> its window's metric
 queryable in Prometheus) p50/p99, CPU and memory per component, and the first bottleneck.
 
-    .venv/bin/python bench/throughput.py              # full: steps of 5 min until one is not held
-    .venv/bin/python bench/throughput.py --quick      # 2 steps of 60 s (< 5 min with the stack's start)
-    .venv/bin/python bench/throughput.py --steps 1000,2000,4000 --step-s 120
+    .venv/bin/python -m bench.throughput              # full: steps of 5 min until one is not held
+    .venv/bin/python -m bench.throughput --quick      # 2 steps of 60 s (< 5 min with the stack's start)
+    .venv/bin/python -m bench.throughput --steps 1000,2000,4000 --step-s 120
 
 Starts its own stack (fresh, free ports, in a temporary folder) and stops it at the end. Writes
 bench/results/throughput.json and bench/results/throughput.png. Each step's fleet has its own model
@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from jobs_bench import CLK_TCK, tree_ticks
-from results_file import save_results
-from stack_bench import tree_rss_kib
+
+from bench.jobs_bench import CLK_TCK, tree_ticks
+from bench.results_file import save_results
+from bench.stack_bench import tree_rss_kib
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "throughput.json"

@@ -4,8 +4,8 @@ with no job running, and each step records whether every request reached Kafka (
 each component used. It answers how much of the machine is left for the Flink jobs at a given rate —
 the ceiling no job optimisation can lift.
 
-    .venv/bin/python bench/transport.py                       # steps 2500, 5000, 10000 requests/s, 60 s each
-    .venv/bin/python bench/transport.py --steps 10000 --step-s 120
+    .venv/bin/python -m bench.transport                       # steps 2500, 5000, 10000 requests/s, 60 s each
+    .venv/bin/python -m bench.transport --steps 10000 --step-s 120
 
 Starts its own stack (Kafka, Prometheus and the gateways only; fresh, free ports, temporary folder) and
 stops it at the end. Writes bench/results/transport.json.
@@ -23,9 +23,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from jobs_bench import CLK_TCK
-from results_file import save_results
-from throughput import cpu_sample, fleet, own_cpu_s
+from bench.jobs_bench import CLK_TCK
+from bench.results_file import save_results
+from bench.throughput import cpu_sample, fleet, own_cpu_s
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "transport.json"

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from infersight.schemas.spec import Entry, Kind, Source
 
+# --- the instrumentation scope our spans and metrics carry ---
+SCOPE_NAME = "infersight.instrumentation"
+SCOPE_VERSION = "0.1.0"
+
 # --- resource (OpenTelemetry resource semantic conventions) ---
 CLOUD_REGION = "cloud.region"
 SERVICE_NAME = "service.name"

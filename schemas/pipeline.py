@@ -8,7 +8,10 @@ suffix, ``_total`` on counters): ``gen_ai.server.time_to_first_token`` (s, histo
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from infersight.schemas import metrics as M
+from infersight.schemas.prometheus import prometheus_name
 
 # --- window key (metric labels), in key order ---
 LABEL_REGION = "region"
@@ -79,23 +82,61 @@ GPU_COUNT_ATTRIBUTE = "infersight.gpu.count"
 
 
 # --- the metrics job's output, as documented (docs/telemetry-reference.md is generated from this) ---
+class MetricOutput(NamedTuple):
+    """One metric the metrics job writes: OTLP name, kind (``prometheus.KINDS``), UCUM unit, labels, meaning."""
+
+    name: str
+    kind: str
+    unit: str
+    labels: str
+    meaning: str
+    per_window: bool = False  # a gauge per window (else cumulative since the series started)
+
+    @property
+    def prometheus(self) -> str:
+        """The name Prometheus stores it under (a histogram's series add ``_bucket``/``_sum``/``_count``)."""
+        return prometheus_name(self.name, self.unit, self.kind)
+
+
 _KEY = ", ".join(SERIES_LABELS)
-OUTPUTS: tuple[tuple[str, str, str, str], ...] = (  # (OTLP name, kind, labels, meaning)
-    (REQUESTS, "counter", _KEY, "Requests ended, cumulative per series (region=\"global\": the roll-up)."),
-    (ERRORS, "counter", f"{_KEY}, {LABEL_ERROR_TYPE}", "Failed requests by error.type, cumulative."),
-    (TOKENS, "counter", f"{_KEY}, {LABEL_TOKEN_TYPE}", "Input, output and cached (prefix-hit) tokens, cumulative."),
-    *((name, "histogram (cumulative)", _KEY, f"From the records' {field}; bounds as the instrument's.")
+OUTPUTS: tuple[MetricOutput, ...] = (
+    MetricOutput(REQUESTS, "counter", "{request}", _KEY,
+                 "Requests ended, cumulative per series (region=\"global\": the roll-up)."),
+    MetricOutput(ERRORS, "counter", "{request}", f"{_KEY}, {LABEL_ERROR_TYPE}",
+                 "Failed requests by error.type, cumulative."),
+    MetricOutput(TOKENS, "counter", "{token}", f"{_KEY}, {LABEL_TOKEN_TYPE}",
+                 "Input, output and cached (prefix-hit) tokens, cumulative."),
+    *(MetricOutput(name, "histogram", "s", _KEY, f"From the records' {field}; bounds as the instrument's.")
       for field, (name, _b) in DISTRIBUTIONS.items()),
-    *((name + WINDOW_QUANTILE_SUFFIX, "gauge per window", f"{_KEY}, {LABEL_QUANTILE}",
-       f"p50/p90/p99 of {field} in the window, from a merged DDSketch "
-       f"({SKETCH_RELATIVE_ACCURACY:.1%} relative accuracy).") for field, (name, _b) in DISTRIBUTIONS.items()),
-    (WINDOW_REQUESTS, "gauge per window", _KEY, "Requests that ended in the window."),
-    (WINDOW_ERROR_RATIO, "gauge per window", _KEY, "Failed / all requests in the window."),
-    *((REGION_GAUGE_PREFIX + gauge, "gauge per window", f"{LABEL_REGION}, {LABEL_STAT}",
-       f"Pods' last values rolled up per region: {', '.join(stats)}.") for gauge, stats in POD_GAUGE_STATS.items()),
-    (GPU_SECONDS, "counter", LABEL_REGION, "GPU-seconds paid for (GPUs of every pod seen x window length)."),
-    (COST_USD, "counter", LABEL_REGION, "GPU cost in USD from the pricing file."),
-    (IDLE_COST_USD, "counter", LABEL_REGION, "Cost x (1 - mean GPU utilisation): paid for, not used."),
-    (USD_PER_1M_OUTPUT_TOKENS, "gauge per window", LABEL_REGION, "Window cost / output tokens x 1e6."),
-    (LATE_RECORDS, "counter", LABEL_REGION, "Records that missed their window (they go to infersight.late)."),
+    *(MetricOutput(name + WINDOW_QUANTILE_SUFFIX, "gauge", "s", f"{_KEY}, {LABEL_QUANTILE}",
+                   f"p50/p90/p99 of {field} in the window, from a merged DDSketch "
+                   f"({SKETCH_RELATIVE_ACCURACY:.1%} relative accuracy).", per_window=True)
+      for field, (name, _b) in DISTRIBUTIONS.items()),
+    MetricOutput(WINDOW_REQUESTS, "gauge", "{request}", _KEY, "Requests that ended in the window.", per_window=True),
+    MetricOutput(WINDOW_ERROR_RATIO, "gauge", "1", _KEY, "Failed / all requests in the window.", per_window=True),
+    *(MetricOutput(REGION_GAUGE_PREFIX + gauge, "gauge", "", f"{LABEL_REGION}, {LABEL_STAT}",
+                   f"Pods' last values rolled up per region: {', '.join(stats)}.", per_window=True)
+      for gauge, stats in POD_GAUGE_STATS.items()),
+    MetricOutput(GPU_SECONDS, "counter", "s", LABEL_REGION,
+                 "GPU-seconds paid for (GPUs of every pod seen x window length)."),
+    MetricOutput(COST_USD, "counter", "", LABEL_REGION, "GPU cost in USD from the pricing file."),
+    MetricOutput(IDLE_COST_USD, "counter", "", LABEL_REGION, "Cost x (1 - mean GPU utilisation): paid for, not used."),
+    MetricOutput(USD_PER_1M_OUTPUT_TOKENS, "gauge", "", LABEL_REGION, "Window cost / output tokens x 1e6.",
+                 per_window=True),
+    MetricOutput(LATE_RECORDS, "counter", "{request}", LABEL_REGION,
+                 "Records that missed their window (they go to infersight.late)."),
 )
+_BY_NAME = {o.name: o for o in OUTPUTS}
+
+
+def output(name: str) -> MetricOutput:
+    """The documented output of that OTLP name (KeyError names it when the metrics job writes no such metric)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"{name!r} is not a metric the metrics job writes (see schemas.pipeline.OUTPUTS)") from None
+
+
+def prom(name: str) -> str:
+    """The Prometheus name of a metrics-job output, for queries (``prom(REQUESTS)``: ``infersight_requests_total``)."""
+    return output(name).prometheus

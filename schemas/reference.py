@@ -10,8 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from infersight.schemas.contract import REQUEST_FIELDS
 from infersight.schemas.pipeline import OUTPUTS
-from infersight.schemas.records import RECORD_FIELDS, RequestRecord
+from infersight.schemas.records import RequestRecord
 from infersight.schemas.registry import entries
 from infersight.schemas.spec import Entry, Kind
 from infersight.schemas.topics import ALL_TOPICS, DAY_MS
@@ -74,19 +75,24 @@ def render() -> str:
             *_table(list(entries(emitted=False)), [("Name", "name"), ("Kind", "kind"), ("Source", "source"),
                                                    ("Unit", "unit"), ("Mapped to", "maps_to")]), ""]
     out += ["## Streaming metrics (the Flink metrics job's output, `schemas/pipeline.py`)", "",
-            "Points are stamped with their window's end; Prometheus names follow the remote-write "
-            "translation (dots to `_`, unit suffix, `_total` on counters).", "",
-            "| Name | Kind | Labels | Meaning |", "|---|---|---|---|"]
-    out += [f"| `{name}` | {kind} | {_cell(labels)} | {_cell(meaning)} |"
-            for name, kind, labels, meaning in OUTPUTS]
+            "Points are stamped with their window's end; the Prometheus column is the remote-write "
+            "translation (dots to `_`, unit suffix, `_total` on counters, `_ratio` on unit-1 gauges), as "
+            "`infersight.schemas.prometheus.prometheus_name` computes it for every query the project writes.", "",
+            "| Name | Prometheus | Kind | Unit | Labels | Meaning |", "|---|---|---|---|---|---|"]
+    out += [f"| `{o.name}` | `{o.prometheus}` | {o.kind}{' per window' if o.per_window else ''} | "
+            f"{_cell(o.unit)} | {_cell(o.labels)} | {_cell(o.meaning)} |" for o in OUTPUTS]
     out += ["", "## Kafka topics (`schemas/topics.py`)", "",
             "| Topic | Payload | Key | Partitions | Retention (days) | Producer |", "|---|---|---|---|---|---|"]
     out += [f"| `{t.name}` | {_cell(t.payload)} | {t.key} | {t.partitions} | {t.retention_ms / DAY_MS:g} | "
             f"{t.producer} |" for t in ALL_TOPICS]
-    out += ["", "## Per-request record (`infersight.schemas.records.RequestRecord`)", "",
-            "| Field | Type |", "|---|---|"]
+    out += ["", "## Per-request record (`infersight.schemas.contract.REQUEST_FIELDS`)", "",
+            "One table, read by the instrumentation (root span attributes), the normalize job (span decoder) "
+            "and the simulator (encoder).", "",
+            "| Field | Type | Unit | Root span attribute | vLLM's spelling | Meaning |", "|---|---|---|---|---|---|"]
     annotations = RequestRecord.__annotations__
-    out += [f"| `{name}` | {_cell('`' + str(annotations[name]) + '`')} |" for name in RECORD_FIELDS]
+    out += [f"| `{f.name}` | {_cell('`' + str(annotations[f.name]) + '`')} | {_cell(f.unit)} | "
+            f"{_cell(f'`{f.attribute}`' + (' (span or resource)' if f.on_resource else '') if f.attribute else '')} | "
+            f"{_cell(', '.join(f'`{v}`' for v in f.vllm))} | {_cell(f.description)} |" for f in REQUEST_FIELDS]
     out += ["", "`validate(record)` returns the contract violations, each prefixed by its field name.", ""]
     return "\n".join(out)
 

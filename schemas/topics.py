@@ -41,7 +41,7 @@ OTLP_REQUESTS = Topic(
     "infersight.otlp.requests", "OTLP ExportTraceServiceRequest (protobuf), request-level spans only",
     "none (one record per gateway batch)", partitions=3, retention_ms=DAY_MS, producer="regional otelcol gateways",
     description="Only the spans that describe a whole request (our root span, vLLM's llm_request, "
-                "Triton's request spans): what the normalize job reads. See DESIGN.md for why.",
+                "Triton's request spans): what the normalize job reads. See docs/architecture.md for why.",
 )
 OTLP_METRICS = Topic(
     "infersight.otlp.metrics", "OTLP ExportMetricsServiceRequest (protobuf)", "none",

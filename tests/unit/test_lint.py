@@ -1,4 +1,4 @@
-"""The repository stays ruff-clean (DESIGN.md conventions), checked with the pinned ruff."""
+"""The repository stays ruff-clean (docs/architecture.md, "Conventions"), checked with the pinned ruff."""
 
 import subprocess
 import sys
