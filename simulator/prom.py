@@ -9,7 +9,7 @@ import requests
 
 from infersight.schemas import pipeline as P
 
-WINDOW_REQUESTS = "infersight_window_requests"  # P.WINDOW_REQUESTS as the sink collector names it
+WINDOW_REQUESTS = P.prom(P.WINDOW_REQUESTS)  # as the sink collector names it in Prometheus
 
 
 def query(url: str, promql: str, at_s: float | None = None, timeout_s: float = 10.0) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 from infersight.simulator.prom import query
 
@@ -21,19 +22,27 @@ WINDOW_S = 10  # the metrics job's default --window-s
 # with the first window, not after a minute of rate(); tracks are combined by summing counts and taking
 # the worse track's p99 (sketch quantiles of different series cannot be merged in PromQL).
 _WINDOW = f"{int(WINDOW_S)}"
+_REQS, _ERR_RATIO = P.prom(P.WINDOW_REQUESTS), P.prom(P.WINDOW_ERROR_RATIO)
+_BY = f"{P.LABEL_REGION}, {P.LABEL_MODEL}"
+
+
+def _p99(field: str) -> str:
+    """The worst track's p99 of a distribution's window sketch, per region and model."""
+    name = P.prom(P.DISTRIBUTIONS[field][0] + P.WINDOW_QUANTILE_SUFFIX)
+    return f'max by ({_BY}) ({name}{{{P.LABEL_QUANTILE}="0.99"}})'
+
+
 QUERIES = {
-    "rps": f"sum by (region, model) (infersight_window_requests) / {_WINDOW}",
-    "errors": "sum by (region, model) (infersight_window_error_ratio * infersight_window_requests) "
-              f"/ {_WINDOW}",
-    "ttft_p99": 'max by (region, model) (gen_ai_server_time_to_first_token_quantile_seconds{quantile="0.99"})',
-    "itl_p99": 'max by (region, model) (infersight_server_inter_token_latency_p99_quantile_seconds'
-               '{quantile="0.99"})',
+    "rps": f"sum by ({_BY}) ({_REQS}) / {_WINDOW}",
+    "errors": f"sum by ({_BY}) ({_ERR_RATIO} * {_REQS}) / {_WINDOW}",
+    "ttft_p99": _p99("ttft_s"),
+    "itl_p99": _p99("itl_p99_s"),
 }
 REGION_QUERIES = {
-    "queue": 'sum by (region) (infersight_region_infersight_server_queue_depth{stat="sum"})',
-    "kv": 'max by (region) (infersight_region_infersight_server_kv_cache_usage{stat="mean"})',
-    "usd_per_1m": "max by (region) (infersight_cost_usd_per_1m_output_tokens)",
-    "freshness_s": "time() - max by (region) (timestamp(infersight_window_requests))",
+    "queue": f'sum by ({P.LABEL_REGION}) ({P.prom(P.REGION_GAUGE_PREFIX + M.QUEUE_DEPTH)}{{{P.LABEL_STAT}="sum"}})',
+    "kv": f'max by ({P.LABEL_REGION}) ({P.prom(P.REGION_GAUGE_PREFIX + M.KV_CACHE_USAGE)}{{{P.LABEL_STAT}="mean"}})',
+    "usd_per_1m": f"max by ({P.LABEL_REGION}) ({P.prom(P.USD_PER_1M_OUTPUT_TOKENS)})",
+    "freshness_s": f"time() - max by ({P.LABEL_REGION}) (timestamp({_REQS}))",
 }
 
 
