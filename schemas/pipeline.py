@@ -21,6 +21,8 @@ LABEL_TRACK = "track"
 LABEL_ENGINE = "engine"
 SERIES_LABELS = (LABEL_REGION, LABEL_MODEL, LABEL_MODEL_VERSION, LABEL_TRACK, LABEL_ENGINE)
 GLOBAL_REGION = "global"  # the region label of the roll-up over regions
+# The regions the local stack runs a gateway for and the simulated fleet serves from (any names work).
+DEFAULT_REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
 LABEL_ERROR_TYPE = "error_type"
 LABEL_TOKEN_TYPE = "token_type"  # input, output, cached
 LABEL_QUANTILE = "quantile"

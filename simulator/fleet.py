@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from infersight.schemas import pipeline as P
 from infersight.schemas.attributes import TRACKS
 
 
@@ -69,10 +70,11 @@ class Perturbation:
                 and (not self.track or self.track == track) and (self.pod < 0 or self.pod == pod))
 
 
+_US, _EU, _AP = P.DEFAULT_REGIONS
 DEFAULT_REGIONS = (
-    RegionSpec("us-east-1", 0.45, 1.0, "h100", -5.0),
-    RegionSpec("eu-west-1", 0.35, 1.1, "h100", 0.0),
-    RegionSpec("ap-southeast-1", 0.20, 1.25, "a100", 8.0),
+    RegionSpec(_US, 0.45, 1.0, "h100", -5.0),
+    RegionSpec(_EU, 0.35, 1.1, "h100", 0.0),
+    RegionSpec(_AP, 0.20, 1.25, "a100", 8.0),
 )
 DEFAULT_MODELS = (
     ModelSpec("llama-3.1-8b-instruct", "2024-07-23", "2024-12-06", 0.55, 0.025, 0.012, 60.0, 700.0, 0.35,
