@@ -282,18 +282,18 @@ def stable(samples: list[Sample], window_s: float) -> bool:
 
 def measure(layout, module: str, group: str, extra: list[str], counter_for: Callable[[str], Counter], total: int,
             pids: dict[str, int], stable_s: float | None, max_s: float) -> dict[str, Any]:
-    from infersight.flink_jobs import submit
+    from infersight.stack import jobs as flink
 
     # Others' jobs on the same cluster share the task manager's CPU: say which ran alongside.
     others = [j["name"] for j in rest(f"{layout.flink_rest_url}/jobs/overview")["jobs"] if j["state"] == "RUNNING"]
     t0 = time.monotonic()
-    job_id = submit.submit(layout, module, ["--brokers", layout.kafka_bootstrap, "--group-id", group, *extra])
+    job_id = flink.submit(layout, module, ["--brokers", layout.kafka_bootstrap, "--group-id", group, *extra])
     submitted_s = time.monotonic() - t0
     counter = counter_for(job_id)
     try:
         samples, i, j, why = sample_job(counter, pids, total, stable_s, max_s)
     finally:
-        submit.stop(layout, job_id)
+        flink.stop(layout, job_id)
     a, b = samples[i], samples[j]
     return {
         "job_id": job_id, "group_id": group, "submit_s": round(submitted_s, 1), "backlog_records": total,

@@ -214,10 +214,9 @@ def main() -> None:
              .split(",")]
     step_s = args.step_s or (60.0 if args.quick else 300.0)
 
-    from infersight.flink_jobs import deploy
     from infersight.simulator.commands import endpoints_of
     from infersight.simulator.run import Simulator
-    from infersight.stack import setup
+    from infersight.stack import jobs, setup
     from infersight.stack.ports import PortPlan
     from infersight.stack.supervisor import Stack
 
@@ -228,7 +227,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         stack.up()
-        deploy.deploy(stack.layout, state / "archive", log=lambda m: print(m, flush=True))
+        jobs.deploy(stack.layout, state / "archive", log=lambda m: print(m, flush=True))
         pids = stack.running_components()
         watcher = Watcher(stack.layout.prometheus_url)
         watcher.start()

@@ -58,7 +58,7 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
 
 
 def main(argv: list[str] | None = None) -> None:
-    from infersight.flink_jobs.submit import execution_environment
+    from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
 
     parser = argparse.ArgumentParser(prog="archive", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="a source partition silent this long is idle (keep it above the checkpoint interval: "
                              "read_committed readers get each transaction's records at once, at checkpoints)")
     parser.add_argument("--grace-s", type=float, default=5.0, help="wait past bucket end before writing it")
+    add_jars_option(parser)
     args = parser.parse_args(argv)
-    env = execution_environment()
+    env = execution_environment(args.jars)
     build(env, args.brokers, args.group_id, args.root, args.bucket_s, args.out_of_orderness_s, args.idle_s,
           args.grace_s)
     env.execute(JOB)

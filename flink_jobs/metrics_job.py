@@ -103,7 +103,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from infersight.flink_jobs.submit import execution_environment
+    from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
 
     parser = argparse.ArgumentParser(prog="metrics_job", description=__doc__)
     parser.add_argument("--brokers", required=True)
@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="checkpoint interval: a closed window's metrics reach the sink (a read_committed "
                              "reader) at the next checkpoint, so up to this much is on the freshness path "
                              "(the cluster default is 5 s)")
+    add_jars_option(parser)
     args = parser.parse_args(argv)
-    env = execution_environment()
+    env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, args.window_s, args.out_of_orderness_s, args.idle_s,
           core.Pricing.load(args.pricing))

@@ -147,7 +147,7 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
 
 
 def main(argv: list[str] | None = None) -> None:
-    from infersight.flink_jobs.submit import execution_environment
+    from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
 
     parser = argparse.ArgumentParser(prog="normalize", description=__doc__)
     parser.add_argument("--brokers", required=True)
@@ -158,8 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint-s", type=float, default=1.0,
                         help="checkpoint interval: read_committed readers see this job's output only at "
                              "checkpoints, so it is on the freshness path (the cluster default is 5 s)")
+    add_jars_option(parser)
     args = parser.parse_args(argv)
-    env = execution_environment()
+    env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, TimeBounds(args.max_future_s, args.max_age_s),
           args.source_topics.split(","))

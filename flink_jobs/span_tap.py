@@ -70,15 +70,16 @@ def build(env, brokers: str, source_topic: str, sink_topic: str, group_id: str) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from infersight.flink_jobs.submit import execution_environment
+    from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
 
     parser = argparse.ArgumentParser(prog="span_tap", description=__doc__)
     parser.add_argument("--brokers", required=True)
     parser.add_argument("--source-topic", default=OTLP_SPANS.name)
     parser.add_argument("--sink-topic", required=True)
     parser.add_argument("--group-id", default="infersight-span-tap")
+    add_jars_option(parser)
     args = parser.parse_args(argv)
-    env = execution_environment()
+    env = execution_environment(args.jars)
     build(env, args.brokers, args.source_topic, args.sink_topic, args.group_id)
     env.execute("infersight-span-tap")
 

@@ -51,19 +51,19 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _deploy(stack) -> None:
-    from infersight.flink_jobs import deploy
+    from infersight.stack import jobs
 
-    deploy.deploy(stack.layout, stack.state_dir / "archive", log=lambda m: print(m, flush=True))
+    jobs.deploy(stack.layout, stack.state_dir / "archive", log=lambda m: print(m, flush=True))
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from infersight.flink_jobs import deploy
+    from infersight.stack import jobs
 
     stack = _stack(args)
     if not stack.running_components():
         raise StackError(f"stack '{stack.state_dir.name}' is not running", "start it with `bin/infersight up`")
     if args.stop:
-        deploy.stop_all(stack.layout)
+        jobs.stop_all(stack.layout)
     else:
         _deploy(stack)
     return 0

@@ -121,7 +121,7 @@ def demo(args: argparse.Namespace, stack, deploy, console=None) -> int:
         pod.stop()
     sim.stop(flush_s=30)
     if started_stack and not args.keep:
-        from infersight.flink_jobs.deploy import stop_all
+        from infersight.stack.jobs import stop_all
 
         stop_all(stack.layout, log=lambda m: print(m, flush=True))  # savepoints: no Kafka transaction left open
         stack.down()

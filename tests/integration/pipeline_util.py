@@ -10,10 +10,10 @@ from typing import Any
 import requests
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infersight.flink_jobs import submit
 from infersight.flink_jobs.otlp_requests import encode_requests
 from infersight.schemas.records import RequestRecord, parse_batch
 from infersight.schemas.topics import OTLP_REQUESTS
+from infersight.stack import jobs as flink
 
 
 def produce_requests(bootstrap: str, records: Iterable[RequestRecord], per_message: int = 50,
@@ -104,28 +104,28 @@ class Jobs:
 
     def start(self, restore: bool = False) -> None:
         for module, args in self.args.items():
-            path = submit.latest_checkpoint(self.layout, self.ids[module]) if restore else None
+            path = flink.latest_checkpoint(self.layout, self.ids[module]) if restore else None
             assert path or not restore, f"{module} has no completed checkpoint to restore from"
-            self.ids[module] = submit.submit(self.layout, module, ["--brokers", self.layout.kafka_bootstrap, *args],
+            self.ids[module] = flink.submit(self.layout, module, ["--brokers", self.layout.kafka_bootstrap, *args],
                                              restore_from=path)
 
     def running(self) -> bool:
-        return all(submit.tasks_running(self.layout, j) for j in self.ids.values())
+        return all(flink.tasks_running(self.layout, j) for j in self.ids.values())
 
     def stop_quietly(self) -> None:
         """Teardown: stop every job with a savepoint whatever state the cluster is in (a plain cancel would
         leave Kafka transactions open, blocking the next test's read_committed readers for minutes)."""
         for job_id in self.ids.values():
             try:
-                submit.stop(self.layout, job_id)
+                flink.stop(self.layout, job_id)
             except OSError:
                 pass
 
     def cancel(self) -> None:
         for job_id in self.ids.values():
-            submit.cancel(self.layout, job_id)
-        wait_until(lambda: all(submit.job_state(self.layout, j) == "CANCELED" for j in self.ids.values()), 60,
+            flink.cancel(self.layout, job_id)
+        wait_until(lambda: all(flink.job_state(self.layout, j) == "CANCELED" for j in self.ids.values()), 60,
                    "the jobs to cancel")
 
     def checkpoints(self) -> dict[str, int]:
-        return {m: submit.checkpoint_count(self.layout, j) for m, j in self.ids.items()}
+        return {m: flink.checkpoint_count(self.layout, j) for m, j in self.ids.items()}

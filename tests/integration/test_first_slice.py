@@ -17,10 +17,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from infersight.flink_jobs import submit
 from infersight.flink_jobs.otlp_spans import iter_spans
 from infersight.schemas.attributes import CLOUD_REGION
 from infersight.schemas.topics import METRICS, OTLP_METRICS, OTLP_SPANS, Topic
+from infersight.stack import jobs as flink
 from infersight.stack.kafka_admin import ensure_topics
 from tests.integration.kafka_util import consume_until
 from tests.integration.pipeline_util import wait_until
@@ -97,7 +97,7 @@ def test_pod_metrics_reach_kafka_with_region_stamped(stack, region):
 def test_flink_job_reads_spans_topic_and_writes_another(stack, region):
     out_topic = Topic(f"test.span-tap.{uuid.uuid4().hex[:8]}", "json", "none", 1, 3_600_000, "test", "test")
     ensure_topics(stack.layout.kafka_bootstrap, [out_topic])
-    job_id = submit.submit(stack.layout, "infersight.flink_jobs.span_tap", [
+    job_id = flink.submit(stack.layout, "infersight.flink_jobs.span_tap", [
         "--brokers", stack.layout.kafka_bootstrap, "--sink-topic", out_topic.name,
         "--group-id", f"test-{uuid.uuid4()}",
     ])
@@ -113,13 +113,13 @@ def test_flink_job_reads_spans_topic_and_writes_another(stack, region):
         assert record["trace_id"] == trace_id
         assert record["resource"][CLOUD_REGION] == region
         assert record["end_time_unix_nano"] >= record["start_time_unix_nano"] > 0
-        assert submit.job_state(stack.layout, job_id) == "RUNNING"
+        assert flink.job_state(stack.layout, job_id) == "RUNNING"
         # stopping takes a savepoint (its transactions commit) and the job ends FINISHED, not CANCELED
-        savepoint = submit.stop(stack.layout, job_id)
+        savepoint = flink.stop(stack.layout, job_id)
         assert savepoint
-        wait_until(lambda: submit.job_state(stack.layout, job_id) == "FINISHED", 30, "the job to finish")
+        wait_until(lambda: flink.job_state(stack.layout, job_id) == "FINISHED", 30, "the job to finish")
     finally:
-        submit.stop(stack.layout, job_id)  # a no-op when already stopped
+        flink.stop(stack.layout, job_id)  # a no-op when already stopped
 
 
 def gauge_request(name: str, value: float, labels: dict[str, str]) -> bytes:

@@ -16,7 +16,6 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from infersight.flink_jobs import metrics_core as core
-from infersight.flink_jobs import submit
 from infersight.flink_jobs.archive_core import read_archive
 from infersight.flink_jobs.sample_requests import sample_records
 from infersight.flink_jobs.window_stats import distribution_values
@@ -24,6 +23,7 @@ from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 from infersight.schemas.records import RequestRecord
 from infersight.schemas.topics import LATE, METRICS, REQUESTS
+from infersight.stack import jobs as flink
 from tests.integration.pipeline_util import (
     Jobs,
     produce_requests,
@@ -343,4 +343,4 @@ def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it
     ids = {r.trace_id for r in good}
     wait_until(lambda: ids <= {r["trace_id"] for r in request_records(bootstrap, REQUESTS.name)}, 120,
                "every valid record around the bad ones")
-    assert submit.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize"]) == "RUNNING"
+    assert flink.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize"]) == "RUNNING"
