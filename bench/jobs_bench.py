@@ -174,9 +174,9 @@ def produce_backlog(bootstrap: str, n: int) -> int:
     """``n`` synthetic requests as root spans, 50 per message, in end order on one key; returns messages."""
     from confluent_kafka import Producer
 
-    from infersight.flink_jobs.otlp_requests import encode_requests
-    from infersight.flink_jobs.sample_requests import sample_records
     from infersight.schemas.topics import OTLP_REQUESTS
+    from tests.support.otlp_requests import encode_requests
+    from tests.support.sample_requests import sample_records
 
     span_s = 600.0
     records = sorted(sample_records(n, time.time_ns() - int(span_s * NS), span_s, seed=11), key=lambda r: r.end_ns)

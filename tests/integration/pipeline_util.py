@@ -10,10 +10,10 @@ from typing import Any
 import requests
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infersight.flink_jobs.otlp_requests import encode_requests
 from infersight.schemas.records import RequestRecord, parse_batch
 from infersight.schemas.topics import OTLP_REQUESTS
 from infersight.stack import jobs as flink
+from tests.support.otlp_requests import encode_requests
 
 
 def produce_requests(bootstrap: str, records: Iterable[RequestRecord], per_message: int = 50,

@@ -24,6 +24,7 @@ from infersight.stack import jobs as flink
 from infersight.stack.kafka_admin import ensure_topics
 from tests.integration.kafka_util import consume_until
 from tests.integration.pipeline_util import wait_until
+from tests.support import span_tap
 
 pytestmark = pytest.mark.integration
 
@@ -97,10 +98,10 @@ def test_pod_metrics_reach_kafka_with_region_stamped(stack, region):
 def test_flink_job_reads_spans_topic_and_writes_another(stack, region):
     out_topic = Topic(f"test.span-tap.{uuid.uuid4().hex[:8]}", "json", "none", 1, 3_600_000, "test", "test")
     ensure_topics(stack.layout.kafka_bootstrap, [out_topic])
-    job_id = flink.submit(stack.layout, "infersight.flink_jobs.span_tap", [
+    job_id = flink.submit(stack.layout, "span_tap", [
         "--brokers", stack.layout.kafka_bootstrap, "--sink-topic", out_topic.name,
         "--group-id", f"test-{uuid.uuid4()}",
-    ])
+    ], py_files=[span_tap.__file__])  # a test module: shipped with the job, imported as `span_tap`
     try:
         marker = str(uuid.uuid4())
         trace_id = send_span(stack.layout.otlp_endpoint(region), marker)

@@ -17,7 +17,6 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from infersight.flink_jobs import metrics_core as core
 from infersight.flink_jobs.archive_core import read_archive
-from infersight.flink_jobs.sample_requests import sample_records
 from infersight.flink_jobs.window_stats import distribution_values
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
@@ -32,6 +31,7 @@ from tests.integration.pipeline_util import (
     request_records,
     wait_until,
 )
+from tests.support.sample_requests import sample_records
 
 pytestmark = pytest.mark.integration
 NS = 1_000_000_000
@@ -309,9 +309,9 @@ def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not
 def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it_all_arrive(jobs, stack):
     from confluent_kafka import Producer
 
-    from infersight.flink_jobs.otlp_requests import encode_requests
     from infersight.schemas.topics import DLQ, OTLP_REQUESTS
     from tests.bad_telemetry import KINDS, bad_payload
+    from tests.support.otlp_requests import encode_requests
 
     bootstrap = stack.layout.kafka_bootstrap
     good = batch(f"dlq-{uuid.uuid4().hex[:6]}", 4 * (len(KINDS) + 1), time.time_ns(), seed=31)

@@ -16,12 +16,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from infersight.flink_jobs.otlp_requests import encode_requests
 from infersight.flink_jobs.otlp_spans import iter_spans
-from infersight.flink_jobs.sample_requests import sample_records
 from infersight.schemas.attributes import GEN_AI_REQUEST_MODEL
 from infersight.schemas.topics import OTLP_REQUESTS, OTLP_SPANS
 from tests.integration.kafka_util import consume_until
+from tests.support.otlp_requests import encode_requests
+from tests.support.sample_requests import sample_records
 
 pytestmark = pytest.mark.integration
 

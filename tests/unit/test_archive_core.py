@@ -9,8 +9,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from infersight.flink_jobs import archive_core as core
-from infersight.flink_jobs.sample_requests import sample_records
 from infersight.schemas.records import RECORD_FIELDS
+from tests.support.sample_requests import sample_records
 
 BUCKET_MS = 60_000
 MIDNIGHT_NS = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp()) * 1_000_000_000

@@ -18,8 +18,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from infersight.flink_jobs.normalize import normalize
-from infersight.flink_jobs.otlp_requests import encode_requests
-from infersight.flink_jobs.sample_requests import sample_records
 from infersight.flink_jobs.span_records import TimeBounds, records_from_payload, span_to_record
 from infersight.instrumentation import Instrumentation
 from infersight.schemas import attributes as A
@@ -27,6 +25,8 @@ from infersight.schemas import triton as T
 from infersight.schemas.records import RECORD_FIELDS, RequestRecord, parse_batch
 from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS
 from tests.bad_telemetry import KINDS, NOW, bad_payload, make_payload, make_span
+from tests.support.otlp_requests import encode_requests
+from tests.support.sample_requests import sample_records
 
 
 def run(payload: bytes) -> tuple[list[dict], list[dict]]:

@@ -17,11 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from infersight.flink_jobs import span_records as S
 from infersight.flink_jobs.normalize import normalize
 from infersight.flink_jobs.otlp_spans import TracesView, any_value
-from infersight.flink_jobs.sample_requests import sample_records
 from infersight.schemas import attributes as A
 from infersight.schemas.records import RECORD_FIELDS, RequestRecord, validate
 from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS
 from tests.bad_telemetry import NOW, OK, make_payload, make_span
+from tests.support.sample_requests import sample_records
 
 
 def _field(number: int, payload: bytes) -> bytes:

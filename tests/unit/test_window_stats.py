@@ -7,7 +7,6 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from infersight.flink_jobs import metrics_core as core
-from infersight.flink_jobs.sample_requests import REGIONS, sample_records
 from infersight.flink_jobs.window_stats import (
     Cumulative,
     WindowStats,
@@ -18,6 +17,7 @@ from infersight.flink_jobs.window_stats import (
 )
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
+from tests.support.sample_requests import REGIONS, sample_records
 
 START = 1_790_000_000 * 10**9
 

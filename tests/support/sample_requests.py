@@ -7,10 +7,10 @@ import random
 from collections.abc import Iterator, Sequence
 
 from infersight.schemas.records import RequestRecord
+from infersight.schemas.units import NS
 
 REGIONS = ("us-east-1", "eu-west-1", "ap-southeast-1")
 MODELS = ("llama-3-8b", "mistral-7b")
-NS = 1_000_000_000
 
 
 def sample_records(n: int, start_ns: int, span_s: float, seed: int = 7, regions: Sequence[str] = REGIONS,

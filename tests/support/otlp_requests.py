@@ -13,8 +13,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from infersight.instrumentation.spans import SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas import attributes as A
+from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas.records import RequestRecord
 
 _DOUBLES = ((A.E2E, "e2e_s"), (A.TTFT, "ttft_s"), (A.QUEUE_DURATION, "queue_s"), (A.PREFILL_DURATION, "prefill_s"),

@@ -1,7 +1,9 @@
 """span_tap: OTLP span batches from Kafka -> one JSON record per span on another topic.
 
 The smallest real pipeline through Flink and the Kafka connector; handy to see what the
-gateways deliver (``infersight.otlp.spans``) in a readable form.
+gateways deliver (``infersight.otlp.spans``) in a readable form. A test job, not part of the product: the
+first-slice test submits it with this file shipped alongside (``stack.jobs.submit(..., py_files=...)``), so
+it runs as ``span_tap``.
 """
 
 from __future__ import annotations
