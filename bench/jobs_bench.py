@@ -78,7 +78,7 @@ def sdk_spans(n: int) -> list[list[Any]]:
 def decision_figures(n: int, repeats: int) -> dict[str, Any]:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    from infersight.flink_jobs.normalize import normalize
+    from infersight.flink_jobs.normalize.core import normalize
     from infersight.schemas.records import parse_batch
     from infersight.schemas.topics import OTLP_REQUESTS, REQUESTS
 
@@ -332,7 +332,7 @@ def run_jobs(state_dir: Path, requests: int, stable_s: float, max_s: float) -> d
         produce_s = time.monotonic() - t0
         base = f"{layout.flink_rest_url}/jobs/"
         # Only the trace topic: pod metrics others write to infersight.otlp.metrics are not this backlog.
-        normalize = measure(layout, "infersight.flink_jobs.normalize", f"bench-normalize-{tag}",
+        normalize = measure(layout, "infersight.flink_jobs.normalize.job", f"bench-normalize-{tag}",
                             ["--source-topics", OTLP_REQUESTS.name],
                             lambda jid: Counter(base + jid, "Source: otlp_in", "records",
                                                 ("Source__otlp_in[1].numRecordsOut",)),

@@ -35,7 +35,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     from pyflink.datastream.window import TumblingEventTimeWindows
 
     from infersight.flink_jobs import metrics_functions as F
-    from infersight.flink_jobs.kafka_io import kafka_sink
+    from infersight.flink_jobs.common.kafka_io import kafka_sink
     from infersight.flink_jobs.window_stats import window_of_facts
 
     window_ms = int(window_s * 1000)

@@ -94,7 +94,7 @@ class Jobs:
         self.stack, self.layout, self.archive_root = stack, stack.layout, archive_root
         tag = uuid.uuid4().hex[:8]
         self.args = {
-            "infersight.flink_jobs.normalize": ["--group-id", f"test-normalize-{tag}"],
+            "infersight.flink_jobs.normalize.job": ["--group-id", f"test-normalize-{tag}"],
             "infersight.flink_jobs.metrics_job": ["--group-id", f"test-metrics-{tag}"],
         }
         if archive_root is not None:

@@ -17,7 +17,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from infersight.flink_jobs.otlp_spans import iter_spans
+from infersight.flink_jobs.normalize.otlp_spans import iter_spans
 from infersight.schemas.attributes import CLOUD_REGION
 from infersight.schemas.topics import METRICS, OTLP_METRICS, OTLP_SPANS, Topic
 from infersight.stack import jobs as flink

@@ -268,7 +268,7 @@ def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
-    from infersight.flink_jobs.otlp_spans import iter_spans
+    from infersight.flink_jobs.normalize.otlp_spans import iter_spans
     from infersight.instrumentation import Instrumentation
     from infersight.schemas.topics import OTLP_REQUESTS, OTLP_SPANS
 
@@ -343,4 +343,4 @@ def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it
     ids = {r.trace_id for r in good}
     wait_until(lambda: ids <= {r["trace_id"] for r in request_records(bootstrap, REQUESTS.name)}, 120,
                "every valid record around the bad ones")
-    assert flink.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize"]) == "RUNNING"
+    assert flink.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize.job"]) == "RUNNING"

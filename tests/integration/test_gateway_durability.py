@@ -16,7 +16,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from infersight.flink_jobs.otlp_spans import iter_spans
+from infersight.flink_jobs.normalize.otlp_spans import iter_spans
 from infersight.schemas.attributes import GEN_AI_REQUEST_MODEL
 from infersight.schemas.topics import OTLP_REQUESTS, OTLP_SPANS
 from tests.integration.kafka_util import consume_until

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import requests
 
-from infersight.flink_jobs.otlp_spans import iter_spans
+from infersight.flink_jobs.normalize.otlp_spans import iter_spans
 from infersight.schemas import attributes as A
 from infersight.schemas.topics import OTLP_SPANS
 from tests.integration.kafka_util import consume_until

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from google.protobuf.message import DecodeError
 
-from infersight.flink_jobs.otlp_spans import iter_spans
+from infersight.flink_jobs.normalize.otlp_spans import iter_spans
 from infersight.schemas.topics import OTLP_SPANS
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from infersight.flink_jobs.normalize import normalize
-from infersight.flink_jobs.span_records import TimeBounds, records_from_payload, span_to_record
+from infersight.flink_jobs.normalize.core import normalize
+from infersight.flink_jobs.normalize.span_records import TimeBounds, records_from_payload, span_to_record
 from infersight.instrumentation import Instrumentation
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
@@ -185,7 +185,7 @@ def test_each_source_becomes_exactly_its_record_by_every_path(source):
 
 
 def test_a_large_batch_leaves_in_messages_of_at_most_max_batch_records_each_stamped_with_its_own_latest_end():
-    from infersight.flink_jobs.normalize import MAX_BATCH_RECORDS
+    from infersight.flink_jobs.normalize.core import MAX_BATCH_RECORDS
 
     n = 2 * MAX_BATCH_RECORDS + 48  # a gateway batch of 2,048 request spans
     records = list(sample_records(n, time.time_ns() - 20 * 10**9, 10.0, seed=9))

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
-from infersight.flink_jobs.pod_gauges import gauges_from_payload
-from infersight.flink_jobs.span_records import Rejected, records_from_payload
+from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
+from infersight.flink_jobs.normalize.span_records import Rejected, records_from_payload
 from infersight.instrumentation import Instrumentation
 from infersight.instrumentation.config import Settings
 from infersight.simulator.encode import ENGINE, Encoder, gauges, resource_attributes
@@ -231,7 +231,7 @@ def test_pod_gauges_decode_per_pod_and_stop_for_a_downed_pod():
 
 def test_a_metrics_export_leaves_normalize_as_gauge_batches_that_roll_up_like_the_points(monkeypatch):
     from infersight.flink_jobs import metrics_core as core
-    from infersight.flink_jobs import normalize as N
+    from infersight.flink_jobs.normalize import core as N
     from infersight.schemas.records import parse_batch
     from infersight.schemas.topics import OTLP_METRICS, PODS
 

@@ -14,9 +14,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from infersight.flink_jobs import span_records as S
-from infersight.flink_jobs.normalize import normalize
-from infersight.flink_jobs.otlp_spans import TracesView, any_value
+from infersight.flink_jobs.normalize import span_records as S
+from infersight.flink_jobs.normalize.core import normalize
+from infersight.flink_jobs.normalize.otlp_spans import TracesView, any_value
 from infersight.schemas import attributes as A
 from infersight.schemas.records import RECORD_FIELDS, RequestRecord, validate
 from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS

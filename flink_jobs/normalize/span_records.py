@@ -22,12 +22,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from infersight.flink_jobs.otlp_spans import TracesView, any_value
+from infersight.flink_jobs.normalize.otlp_spans import TracesView, any_value
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
 from infersight.schemas.records import _SLACK_S, FINISH_REASONS, RequestRecord, validate
+from infersight.schemas.units import NS
 
-NS = 1e9
 MAX_DIMENSION_CHARS = 256  # model, version, region, error type: metric labels downstream
 MAX_STRING_CHARS = 4096    # any other string attribute we read
 _ERROR = Status.STATUS_CODE_ERROR
@@ -230,7 +230,7 @@ def _surely_valid(r: dict[str, Any]) -> bool:
     string, model a string or None, ids lowercase hex, no other keys). A seventh of ``validate``'s cost;
     ``validate`` stays the judge: whatever this does not accept goes to it, and it words the problems."""
     e2e = r["e2e_s"]
-    if (type(e2e) is not float or not 0.0 <= e2e <= (r["end_ns"] - r["start_ns"]) / 1e9 + _SLACK_S
+    if (type(e2e) is not float or not 0.0 <= e2e <= (r["end_ns"] - r["start_ns"]) / NS + _SLACK_S
             or len(r["trace_id"]) != 32 or r["trace_id"] == _ZERO_TRACE_ID
             or not r["model"] or r["track"] not in A.TRACKS or r["finish_reason"] not in FINISH_REASONS):
         return False

@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from infersight.flink_jobs.otlp_spans import any_value
+from infersight.flink_jobs.normalize.otlp_spans import any_value
 from infersight.schemas import attributes as A
 from infersight.schemas.pipeline import GPU_COUNT_ATTRIBUTE, GPU_TYPE_ATTRIBUTE, POD_GAUGE_ALIASES, POD_GAUGE_STATS
 

@@ -1,6 +1,31 @@
-"""Kafka sinks shared by the jobs: transactional (exactly-once with checkpoints) by default."""
+"""Kafka sources and sinks shared by the jobs: sources read committed records from the group's offsets,
+sinks are transactional (exactly-once with checkpoints) by default."""
 
 from __future__ import annotations
+
+
+def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None):
+    """A KafkaSource of ``topic``'s values (strings unless ``value_schema``), from the group's committed offsets
+    (the earliest without them), reading only committed records (what an upstream job's checkpoints
+    committed)."""
+    from pyflink.common.serialization import SimpleStringSchema
+    from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaSource
+
+    return (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
+            .set_group_id(group_id)
+            .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+            .set_property("isolation.level", "read_committed")  # only committed upstream output
+            .set_value_only_deserializer(value_schema or SimpleStringSchema()).build())
+
+
+def event_time(out_of_orderness_s: float, idle_s: float):
+    """Watermarks from the Kafka records' timestamps (the records' event times: normalize writes them), per
+    partition inside the source, in the JVM; a partition silent for ``idle_s`` is idle. A fresh strategy per
+    call: a used one holds a Java handle."""
+    from pyflink.common import Duration, WatermarkStrategy
+
+    return (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
+            .with_idleness(Duration.of_millis(int(idle_s * 1000))))
 
 
 def kafka_sink(brokers: str, topic: str, deployment: str, value_schema=None, exactly_once: bool = True):
