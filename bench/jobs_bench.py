@@ -338,7 +338,7 @@ def run_jobs(state_dir: Path, requests: int, stable_s: float, max_s: float) -> d
                                                 ("Source__otlp_in[1].numRecordsOut",)),
                             requests, pids, stable_s, max_s)
         # metrics reads what normalize committed in this run.
-        metrics = measure(layout, "infersight.flink_jobs.metrics_job", f"bench-metrics-{tag}", [],
+        metrics = measure(layout, "infersight.flink_jobs.metrics.job", f"bench-metrics-{tag}", [],
                           lambda jid: Counter(base + jid, "Source: requests", "pre-aggregate.records"),
                           committed_count(layout.kafka_bootstrap, REQUESTS.name, start),
                           pids, stable_s, max_s)

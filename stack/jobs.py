@@ -19,7 +19,7 @@ from infersight.stack.errors import StackError
 # job name (as the job sets it) -> module; order matters: normalize feeds the other two.
 JOBS = {
     "infersight-normalize": "infersight.flink_jobs.normalize.job",
-    "infersight-metrics": "infersight.flink_jobs.metrics_job",
+    "infersight-metrics": "infersight.flink_jobs.metrics.job",
     "infersight-archive": "infersight.flink_jobs.archive",
 }
 

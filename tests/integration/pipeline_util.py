@@ -95,7 +95,7 @@ class Jobs:
         tag = uuid.uuid4().hex[:8]
         self.args = {
             "infersight.flink_jobs.normalize.job": ["--group-id", f"test-normalize-{tag}"],
-            "infersight.flink_jobs.metrics_job": ["--group-id", f"test-metrics-{tag}"],
+            "infersight.flink_jobs.metrics.job": ["--group-id", f"test-metrics-{tag}"],
         }
         if archive_root is not None:
             self.args["infersight.flink_jobs.archive"] = ["--group-id", f"test-archive-{tag}", "--root",

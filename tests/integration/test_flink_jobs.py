@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from infersight.flink_jobs import metrics_core as core
 from infersight.flink_jobs.archive_core import read_archive
-from infersight.flink_jobs.window_stats import distribution_values
+from infersight.flink_jobs.common import keys
+from infersight.flink_jobs.metrics.window_stats import distribution_values
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 from infersight.schemas.records import RequestRecord
@@ -295,7 +295,7 @@ def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not
                                                   if r["model"] == m), None), 120, f"the record of {model}")
         assert record["region"] == region and record["tokens_out"] == 2 and record["queue_s"] > 0
         assert record["trace_id"] == trace_id
-        assert core.series_key(record).startswith(region)
+        assert keys.series_key(record).startswith(region)
         assert sum(r["model"] == model for r in request_records(bootstrap, REQUESTS.name)) == 1
         # the gateway: request topic = the root span only; full-trace topic = the sampled trace only
         on_requests = [s for m in read_all(bootstrap, OTLP_REQUESTS.name) for s in iter_spans(m.value())

@@ -230,7 +230,7 @@ def test_pod_gauges_decode_per_pod_and_stop_for_a_downed_pod():
 
 
 def test_a_metrics_export_leaves_normalize_as_gauge_batches_that_roll_up_like_the_points(monkeypatch):
-    from infersight.flink_jobs import metrics_core as core
+    from infersight.flink_jobs.metrics import core
     from infersight.flink_jobs.normalize import core as N
     from infersight.schemas.records import parse_batch
     from infersight.schemas.topics import OTLP_METRICS, PODS

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from infersight.flink_jobs import metrics_core as core
-from infersight.flink_jobs.window_stats import (
+from infersight.flink_jobs.common import keys, windows
+from infersight.flink_jobs.metrics import core
+from infersight.flink_jobs.metrics.window_stats import (
     Cumulative,
     WindowStats,
     distribution_values,
@@ -76,7 +77,7 @@ def test_encoded_window_carries_cumulative_counters_histograms_and_quantiles():
     first, second = WindowStats(), WindowStats()
     for i, r in enumerate(recs):
         (first if i < 1_000 else second).add(r)
-    key = core.series_key(recs[0])
+    key = keys.series_key(recs[0])
     totals = Cumulative(START)
     totals.add_window(first)
     totals.add_window(second)
@@ -89,7 +90,7 @@ def test_encoded_window_carries_cumulative_counters_histograms_and_quantiles():
     [hist] = metrics[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN].histogram.data_points
     assert list(hist.bucket_counts) == [a + b for a, b in zip(first.dists["ttft_s"].counts,
                                                               second.dists["ttft_s"].counts, strict=True)]
-    assert {kv.key: kv.value.string_value for kv in hist.attributes} == core.labels_of(key)
+    assert {kv.key: kv.value.string_value for kv in hist.attributes} == keys.labels_of(key)
     quantiles = metrics[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN + P.WINDOW_QUANTILE_SUFFIX].gauge.data_points
     assert sorted(kv.value.string_value for p in quantiles for kv in p.attributes if kv.key == "quantile") == \
         ["0.5", "0.9", "0.99"]
@@ -102,7 +103,7 @@ def test_encoded_totals_carry_the_counters_and_histograms_of_the_window_batch_an
     stats = WindowStats()
     for r in recs:
         stats.add(r)
-    key = core.series_key(recs[0])
+    key = keys.series_key(recs[0])
     totals = Cumulative(START).add_window(stats)
     at = START + 10**9 + 1_000_000
 
@@ -151,7 +152,7 @@ def test_a_request_delivered_twice_counts_once_in_its_window():
 
 
 def test_a_batch_groups_by_series_and_window_and_late_records_are_set_apart():
-    from infersight.flink_jobs import metrics_core as core
+    from infersight.flink_jobs.metrics import core
 
     def rec(region: str, end_ms: int, track: str = "stable") -> dict:
         return {"region": region, "model": "m", "model_version": "v1", "track": track, "engine": "vllm",
@@ -160,20 +161,20 @@ def test_a_batch_groups_by_series_and_window_and_late_records_are_set_apart():
     batch = [rec("a", 10_500), rec("a", 19_999), rec("a", 20_000), rec("b", 10_001), rec("a", 15_000, "canary"),
              rec("a", 9_999), rec("b", 5_000)]
     groups, late = core.group_batch(batch, 10_000, watermark_ms=9_999)
-    key_a, key_b = core.series_key(batch[0]), core.series_key(batch[3])
+    key_a, key_b = keys.series_key(batch[0]), keys.series_key(batch[3])
     assert late == {key_a: [batch[5]], key_b: [batch[6]]}  # their window [0, 10 s) fires at watermark 9,999
     assert groups[(key_a, 20_000)] == [batch[0], batch[1]]
     assert groups[(key_a, 30_000)] == [batch[2]]
     assert groups[(key_b, 20_000)] == [batch[3]]
-    assert groups[(core.series_key(batch[4]), 20_000)] == [batch[4]]
+    assert groups[(keys.series_key(batch[4]), 20_000)] == [batch[4]]
     assert sum(map(len, groups.values())) + sum(map(len, late.values())) == len(batch)
-    assert core.window_end_ms(19_999, 10_000) == 20_000 and core.window_end_ms(20_000, 10_000) == 30_000
+    assert windows.window_end_ms(19_999, 10_000) == 20_000 and windows.window_end_ms(20_000, 10_000) == 30_000
 
 
 def test_late_records_of_a_series_are_one_element_and_count_each_request_once():
     import json
 
-    from infersight.flink_jobs import metrics_functions as F
+    from infersight.flink_jobs.metrics import functions as F
 
     records = [r.to_dict() for r in sample_records(40, 1_000_000_000_000, 5.0, regions=REGIONS[:1])]
     _, late = core.group_batch(records + records[:3], 10_000, watermark_ms=10**12)  # all late; 3 re-sent copies
@@ -181,7 +182,7 @@ def test_late_records_of_a_series_are_one_element_and_count_each_request_once():
     for key, group in late.items():
         element = (key, None, group)
         (own_key, _, own, first_end), (glob_key, _, glob, _) = F.late_series(element)
-        assert own_key == key and glob_key == core.global_key(key)
+        assert own_key == key and glob_key == keys.global_key(key)
         unique = {r["trace_id"] for r in group}
         assert own.requests == glob.requests == len(unique)  # copies counted once, as in a window
         assert first_end == min(r["end_ns"] for r in group)

@@ -1,5 +1,5 @@
-"""The metrics job's pure core: window keys, what each window result becomes as OTLP metrics, pod gauge
-roll-ups per region, and cost. The Flink wiring is in ``metrics_job``."""
+"""The metrics job's pure core: grouping batches by series (or region) and window, what each window result
+becomes as OTLP metrics, pod gauge roll-ups per region, and cost. The Flink wiring is in ``job``."""
 
 from __future__ import annotations
 
@@ -9,24 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infersight.flink_jobs.otlp_metrics import MetricsBatch
-from infersight.flink_jobs.window_stats import Cumulative, WindowStats
+from infersight.flink_jobs.common.keys import labels_of, series_key
+from infersight.flink_jobs.common.windows import fired, window_end_of_ns
+from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
+from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 
 JOB = "infersight-metrics"
-MS = 1_000_000  # ns per ms
-
-
-def series_key(record: dict[str, Any]) -> str:
-    """The window key: region, model, model version, track, engine (bounded label values)."""
-    return "\x1f".join((record["region"], record["model"], record.get("model_version") or "",
-                        record.get("track") or "stable", record.get("engine") or "custom"))
-
-
-def window_end_ms(end_ms: int, window_ms: int) -> int:
-    """End of the tumbling event-time window (aligned to the epoch, as Flink's) holding ``end_ms``."""
-    return (end_ms // window_ms + 1) * window_ms
 
 
 def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
@@ -38,8 +28,8 @@ def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        end = (record["end_ns"] // MS // window_ms + 1) * window_ms
-        if end - 1 <= watermark_ms:
+        end = window_end_of_ns(record["end_ns"], window_ms)
+        if fired(end, watermark_ms):
             late.setdefault(series_key(record), []).append(record)
             continue
         key = (series_key(record), end)
@@ -58,21 +48,12 @@ def group_gauges(gauges: list[dict[str, Any]], window_ms: int, watermark_ms: int
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late = 0
     for gauge in gauges:
-        end = (gauge["time_ns"] // MS // window_ms + 1) * window_ms
-        if end - 1 <= watermark_ms:
+        end = window_end_of_ns(gauge["time_ns"], window_ms)
+        if fired(end, watermark_ms):
             late += 1
             continue
         groups.setdefault((gauge["region"], end), []).append(gauge)
     return groups, late
-
-
-def global_key(key: str) -> str:
-    """The roll-up key: the same series with the region replaced by ``global``."""
-    return P.GLOBAL_REGION + key[key.index("\x1f"):]
-
-
-def labels_of(key: str) -> dict[str, str]:
-    return dict(zip(P.SERIES_LABELS, key.split("\x1f"), strict=True))
 
 
 def _add_totals(batch: MetricsBatch, labels: dict[str, str], cumulative: Cumulative, t: int) -> None:

@@ -9,34 +9,31 @@ per-window gauges and quantiles), so totals stay complete through outages that d
 Pod gauges roll up per region per window; cost comes from a pricing file.
 Counters and histograms are cumulative per series (kept in keyed state, so checkpointed), each point
 stamped with its window's end. Sinks are transactional (exactly-once with checkpoints).
+
+    python -m infersight.flink_jobs.metrics.job --brokers HOST:PORT --jars URL;URL
 """
 
 from __future__ import annotations
 
 import argparse
 
-from infersight.flink_jobs import metrics_core as core
+from infersight.flink_jobs.metrics import core
 from infersight.schemas.topics import LATE, METRICS, PODS, REQUESTS
+from infersight.schemas.units import MS
 
 JOB = core.JOB
-MS = core.MS
 
 
 def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s: float, idle_s: float,
           pricing: core.Pricing, exactly_once: bool = True) -> None:
-    from pyflink.common import Duration, Time, Types, WatermarkStrategy
-    from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
+    from pyflink.common import Time, Types
+    from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
-    from pyflink.datastream.connectors.kafka import (
-        KafkaOffsetResetStrategy,
-        KafkaOffsetsInitializer,
-        KafkaSource,
-    )
     from pyflink.datastream.window import TumblingEventTimeWindows
 
-    from infersight.flink_jobs import metrics_functions as F
-    from infersight.flink_jobs.common.kafka_io import kafka_sink
-    from infersight.flink_jobs.window_stats import window_of_facts
+    from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source
+    from infersight.flink_jobs.metrics import functions as F
+    from infersight.flink_jobs.metrics.window_stats import window_of_facts
 
     window_ms = int(window_s * 1000)
     window_ns = window_ms * MS
@@ -46,20 +43,9 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     def pickled():  # fresh type objects too: a used one holds a Java handle
         return Types.PICKLED_BYTE_ARRAY()
 
-
-    def event_time():
-        # Kafka record timestamps are the records' event times (normalize writes them), so watermarks
-        # are generated per partition inside the Kafka source, in the JVM.
-        return (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
-                .with_idleness(Duration.of_millis(int(idle_s * 1000))))
-
-    def source(topic: str, name: str):
-        kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
-                 .set_group_id(f"{group_id}-{name}")
-                 .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
-                 .set_property("isolation.level", "read_committed")  # only committed normalize output
-                 .set_value_only_deserializer(SimpleStringSchema()).build())
-        return env.from_source(kafka, event_time(), name)
+    def source(topic: str, name: str):  # per-partition watermarks from the records' Kafka timestamps
+        return env.from_source(kafka_source(brokers, topic, f"{group_id}-{name}"),
+                               event_time(out_of_orderness_s, idle_s), name)
 
     # ---- requests: regional windows, roll-up, cumulative series ----
     late_tag = OutputTag("late", pickled())
@@ -105,7 +91,8 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 def main(argv: list[str] | None = None) -> None:
     from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
 
-    parser = argparse.ArgumentParser(prog="metrics_job", description=__doc__)
+    parser = argparse.ArgumentParser(prog="metrics", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--brokers", required=True)
     parser.add_argument("--group-id", default=JOB)
     parser.add_argument("--window-s", type=float, default=10.0)
