@@ -20,7 +20,7 @@ from infersight.stack.errors import StackError
 JOBS = {
     "infersight-normalize": "infersight.flink_jobs.normalize.job",
     "infersight-metrics": "infersight.flink_jobs.metrics.job",
-    "infersight-archive": "infersight.flink_jobs.archive",
+    "infersight-archive": "infersight.flink_jobs.archive.job",
 }
 
 

@@ -98,7 +98,7 @@ class Jobs:
             "infersight.flink_jobs.metrics.job": ["--group-id", f"test-metrics-{tag}"],
         }
         if archive_root is not None:
-            self.args["infersight.flink_jobs.archive"] = ["--group-id", f"test-archive-{tag}", "--root",
+            self.args["infersight.flink_jobs.archive.job"] = ["--group-id", f"test-archive-{tag}", "--root",
                                                           str(archive_root), "--bucket-s", "10", "--grace-s", "1"]
         self.ids: dict[str, str] = {}
 

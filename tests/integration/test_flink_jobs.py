@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from infersight.flink_jobs.archive_core import read_archive
+from infersight.flink_jobs.archive.core import read_archive
 from infersight.flink_jobs.common import keys
 from infersight.flink_jobs.metrics.window_stats import distribution_values
 from infersight.schemas import metrics as M

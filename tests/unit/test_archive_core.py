@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pyarrow.dataset as ds
 import pytest
 
-from infersight.flink_jobs import archive_core as core
+from infersight.flink_jobs.archive import core
 from infersight.schemas.records import RECORD_FIELDS
 from tests.support.sample_requests import sample_records
 
@@ -99,8 +99,10 @@ def test_a_request_delivered_twice_is_archived_once(tmp_path):
 
 
 def test_parse_record_makes_one_arrow_table_per_region_and_bucket():
-    from infersight.flink_jobs.archive_functions import ParseRecord, split_key
+    from infersight.flink_jobs.archive.functions import ParseRecord
+    from infersight.flink_jobs.common.keys import split_timed_key as split_key
     from infersight.schemas.records import dump_batch
+    from infersight.schemas.units import MS
 
     parse = ParseRecord(BUCKET_MS)
     records = two_days_two_regions()
@@ -108,7 +110,7 @@ def test_parse_record_makes_one_arrow_table_per_region_and_bucket():
                and core.bucket_of(r["end_ns"], BUCKET_MS) == core.bucket_of(records[0]["end_ns"], BUCKET_MS)]
     [(key, last_ms, batch)] = parse.flat_map(dump_batch(one_key))
     assert core.from_ipc([batch]).to_pylist() == core.table_of(one_key).to_pylist()
-    assert last_ms == max(r["end_ns"] for r in one_key) // core.MS
+    assert last_ms == max(r["end_ns"] for r in one_key) // MS
     assert split_key(key) == ("us-east-1", core.bucket_of(one_key[0]["end_ns"], BUCKET_MS))
 
     bad_type = {**records[0], "trace_id": "f" * 32, "tokens_in": "many"}  # does not fit the schema: dropped

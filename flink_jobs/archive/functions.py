@@ -13,20 +13,12 @@ from pyflink.datastream import KeyedProcessFunction
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
-from infersight.flink_jobs import archive_core as core
+from infersight.flink_jobs.archive import core
+from infersight.flink_jobs.common.keys import split_timed_key, timed_key
 from infersight.schemas.records import parse_batch
+from infersight.schemas.units import MS
 
 log = logging.getLogger(__name__)
-SEP = "\x1f"  # key = region SEP bucket start ms
-
-
-def bucket_key(region: str, bucket_start_ms: int) -> str:
-    return f"{region}{SEP}{bucket_start_ms}"
-
-
-def split_key(key: str) -> tuple[str, int]:
-    region, bucket = key.rsplit(SEP, 1)
-    return region, int(bucket)
 
 
 class ParseRecord(FlatMapFunction):
@@ -54,10 +46,10 @@ class ParseRecord(FlatMapFunction):
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("archive: dropping record without a valid end_ns/region (%r): %.200s", exc, record)
                 continue
-            key = bucket_key(region, core.bucket_of(end_ns, self.bucket_ms))
+            key = timed_key(region, core.bucket_of(end_ns, self.bucket_ms))
             last, rows = groups.get(key, (0, []))
             rows.append(record)
-            groups[key] = (max(last, end_ns // core.MS), rows)
+            groups[key] = (max(last, end_ns // MS), rows)
         for key, (last_ms, rows) in groups.items():
             table = _table_of(rows)
             if table.num_rows:
@@ -104,7 +96,7 @@ class ArchiveBuckets(KeyedProcessFunction):
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         self.rows.add(value[2])  # one state entry per batch: its Arrow IPC bytes
-        _, bucket = split_key(ctx.get_current_key())
+        _, bucket = split_timed_key(ctx.get_current_key())
         due = bucket + self.bucket_ms + self.grace_ms
         # A late row's bucket timer already fired: ask for the next watermark (same-time timers are deduplicated).
         ctx.timer_service().register_event_time_timer(max(due, ctx.timer_service().current_watermark() + 1))
@@ -114,7 +106,7 @@ class ArchiveBuckets(KeyedProcessFunction):
         rows = table.num_rows
         if not rows:  # an earlier timer of this key already flushed them
             return
-        region, bucket = split_key(ctx.get_current_key())
+        region, bucket = split_timed_key(ctx.get_current_key())
         seq, run = self.meta.value() or (0, None)
         if run != self.run:
             core.remove_from_seq(self.root, region, bucket, seq)

@@ -1,7 +1,7 @@
 """archive: request records on ``infersight.requests`` -> Parquet, Hive-partitioned by UTC day and region.
 
 Files: ``<root>/day=YYYY-MM-DD/region=<region>/part-<bucket_start_ms>-<seq>.parquet``; read them with
-``pyarrow.dataset.dataset(root, format="parquet", partitioning="hive")`` (or ``archive_core.read_archive``).
+``pyarrow.dataset.dataset(root, format="parquet", partitioning="hive")`` (or ``core.read_archive``).
 
 Exactly-once by idempotence (PyFlink gives Python functions no checkpoint hooks, so no two-phase commit):
 records are keyed by (region, event-time bucket) and buffered in keyed state (as Arrow tables,
@@ -16,6 +16,8 @@ never holds a duplicate. Restart from a checkpoint or savepoint; a fresh start (
 root, as committed offsets alone cannot say which files are already complete. Rows land about bucket +
 out-of-orderness + grace after they end; watermarks advance only with new data (idle partitions are skipped
 after ``--idle-s``).
+
+    python -m infersight.flink_jobs.archive.job --brokers HOST:PORT --root FOLDER --jars URL;URL
 """
 
 from __future__ import annotations
@@ -29,27 +31,20 @@ JOB = "infersight-archive"
 
 def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_orderness_s: float,
           idle_s: float, grace_s: float = 5.0) -> None:
-    from pyflink.common import Duration, Types, WatermarkStrategy
-    from pyflink.common.serialization import SimpleStringSchema
-    from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaSource
+    from pyflink.common import Types
 
-    from infersight.flink_jobs import archive_core as core
-    from infersight.flink_jobs import archive_functions as F
+    from infersight.flink_jobs.archive import core
+    from infersight.flink_jobs.archive import functions as F
+    from infersight.flink_jobs.common.kafka_io import event_time, kafka_source
 
     bucket_ms = core.check_bucket_ms(int(bucket_s * 1000))
 
     # (bucket key, latest end ms, Arrow IPC bytes), pickled: a tuple of a few objects, cheap
     batches = Types.PICKLED_BYTE_ARRAY()
-    kafka = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(REQUESTS.name)
-             .set_group_id(group_id)
-             .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
-             .set_property("isolation.level", "read_committed")  # only committed normalize output
-             .set_value_only_deserializer(SimpleStringSchema()).build())
     # Kafka record timestamps are the requests' end times (normalize writes them): per-partition
     # watermarks in the JVM source.
-    event_time = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
-                  .with_idleness(Duration.of_millis(int(idle_s * 1000))))
-    (env.from_source(kafka, event_time, "requests")
+    (env.from_source(kafka_source(brokers, REQUESTS.name, group_id), event_time(out_of_orderness_s, idle_s),
+                     "requests")
      .flat_map(F.ParseRecord(bucket_ms), output_type=batches).name("parse-requests")
      .key_by(F.first, key_type=Types.STRING())
      .process(F.ArchiveBuckets(root, bucket_ms, int(grace_s * 1000)), output_type=Types.STRING())

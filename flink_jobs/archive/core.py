@@ -20,9 +20,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from infersight.flink_jobs.common.windows import window_start_ms
 from infersight.schemas.records import RECORD_FIELDS, RequestRecord
+from infersight.schemas.units import MS, NS
 
-MS = 1_000_000  # ns per ms
 DAY_MS = 86_400_000
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64()}
 
@@ -46,12 +47,11 @@ def check_bucket_ms(bucket_ms: int) -> int:
 
 def bucket_of(end_ns: int, bucket_ms: int) -> int:
     """Start (epoch ms) of the event-time bucket holding a record that ended at ``end_ns``."""
-    ms = end_ns // MS
-    return ms - ms % bucket_ms
+    return window_start_ms(end_ns // MS, bucket_ms)
 
 
 def partition_path(root: str | os.PathLike[str], region: str, end_ns: int) -> Path:
-    day = datetime.fromtimestamp(end_ns // 1_000_000_000, UTC).strftime("%Y-%m-%d")
+    day = datetime.fromtimestamp(end_ns // NS, UTC).strftime("%Y-%m-%d")
     # pyarrow's hive partitioning URI-decodes segments, so encode to survive "/" or "=" in a region.
     return Path(root) / f"day={day}" / f"region={quote(region, safe='')}"
 
