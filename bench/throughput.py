@@ -124,7 +124,7 @@ def cpu_sample(pids: dict[str, int]) -> dict[str, tuple[int, float]]:
 
 
 def run_step(stack, watcher: Watcher, rate: float, step_s: float, pids: dict[str, int]) -> dict[str, Any]:
-    from infersight.simulator.commands import endpoints_of
+    from infersight.demo import endpoints_of
     from infersight.simulator.run import Simulator
 
     tag = uuid.uuid4().hex[:6]
@@ -214,7 +214,7 @@ def main() -> None:
              .split(",")]
     step_s = args.step_s or (60.0 if args.quick else 300.0)
 
-    from infersight.simulator.commands import endpoints_of
+    from infersight.demo import endpoints_of
     from infersight.simulator.run import Simulator
     from infersight.stack import jobs, setup
     from infersight.stack.ports import PortPlan

@@ -45,7 +45,7 @@ def gateway_counts(layout) -> tuple[int, int]:
 
 
 def run_step(stack, rate: float, step_s: float, pids: dict[str, int]) -> dict[str, Any]:
-    from infersight.simulator.commands import endpoints_of
+    from infersight.demo import endpoints_of
     from infersight.simulator.run import Simulator
 
     sent0, failed0 = gateway_counts(stack.layout)

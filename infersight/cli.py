@@ -82,17 +82,17 @@ def _print_endpoints(stack) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from infersight.simulator import commands
+    from infersight import demo
 
-    return commands.simulate(args, _stack(args))
+    return demo.simulate(args, _stack(args))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from infersight.simulator import commands
+    from infersight import demo
 
     cmd_setup(args)
     stack = _stack(args)
-    code = commands.demo(args, stack, _deploy)
+    code = demo.demo(args, stack, _deploy)
     return code
 
 
@@ -147,10 +147,10 @@ def cmd_test(args: argparse.Namespace) -> int:
     return subprocess.call(cmd, cwd=REPO_ROOT, env=env)
 
 
-def commands_mod():
-    from infersight.simulator import commands
+def demo_mod():
+    from infersight import demo
 
-    return commands
+    return demo
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,13 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the live demo: set-up, stack, jobs, a simulated 3-region fleet and a live "
                                     "view of what the pipeline computes (Ctrl-C stops what it started)")
     stack_opts(p)
-    commands_mod().add_fleet_options(p, rate=1000.0, day_s=600.0)
+    demo_mod().add_fleet_options(p, rate=1000.0, day_s=600.0)
     p.add_argument("--vllm", action="store_true", help="add the real tiny vLLM engine as one more pod")
     p.add_argument("--keep", action="store_true", help="leave the stack running on exit")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("simulate", help="send a simulated fleet's telemetry to the stack's regional gateways")
     stack_opts(p)
-    commands_mod().add_fleet_options(p, rate=1000.0, day_s=86_400.0)
+    demo_mod().add_fleet_options(p, rate=1000.0, day_s=86_400.0)
     p.add_argument("--endpoint", action="append", default=[], metavar="REGION=HOST:PORT",
                    help="a region's OTLP gRPC endpoint (default: the local stack's gateways)")
     p.add_argument("--ledger", help="write what was sent (per series) to this JSON file")

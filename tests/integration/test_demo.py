@@ -11,7 +11,8 @@ import time
 import pytest
 from rich.console import Console
 
-from infersight.simulator import commands, view
+from infersight import demo
+from infersight.simulator import view
 from infersight.simulator.fleet import DEFAULT_MODELS, DEFAULT_REGIONS
 from tests.integration.pipeline_util import Jobs, wait_until
 
@@ -29,7 +30,7 @@ def test_demo_shows_live_numbers_from_the_pipeline(stack):
     args = argparse.Namespace(rate=300.0, seed=3, scenario=None, day_s=600.0, sample_ratio=None, duration=150.0,
                               vllm=False, keep=True)
     started = time.monotonic()
-    thread = threading.Thread(target=commands.demo, args=(args, stack, deploy, Console(file=out, width=200)))
+    thread = threading.Thread(target=demo.demo, args=(args, stack, deploy, Console(file=out, width=200)))
     thread.start()
     try:
         def numbers() -> bool:

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
+from infersight.demo import endpoints_of
 from infersight.schemas.topics import LATE
 from infersight.simulator import view
-from infersight.simulator.commands import endpoints_of
 from infersight.simulator.fleet import DEFAULT_MODELS, FleetSpec
 from infersight.simulator.prom import window_counts
 from infersight.simulator.run import Simulator

@@ -1,4 +1,6 @@
-"""``infersight simulate`` and ``infersight demo``."""
+"""``infersight simulate`` and ``infersight demo``: the simulated fleet against the local stack's gateways, and
+the live demo (stack, jobs, fleet, an optional real vLLM pod, the live view). Orchestration on top of the
+simulator and the stack."""
 
 from __future__ import annotations
 
@@ -91,7 +93,7 @@ def demo(args: argparse.Namespace, stack, deploy, console=None) -> int:
     sim = Simulator(spec, endpoints_of(stack), seed=args.seed).start()
     pod = None
     if args.vllm:
-        from infersight.simulator.vllm_pod import VllmPod
+        from infersight.vllm_pod import VllmPod
 
         region = stack.layout.regions[0]
         print(f"[demo] starting the tiny vLLM engine as a pod in {region} (a minute or two on CPU) ...", flush=True)
