@@ -29,6 +29,8 @@ KAFKA_HEAP = "-Xmx512m"
 # manager capped the jobs' Python at one core. Three, slots spread (see flink/config.yaml): one per job,
 # so no job waits for another's interpreter (with two, normalize shared one with archive and saturated it).
 TASK_MANAGERS = 3
+# What the jobs' Python code imports: the jobs and the schemas they stand on (see python_import_root).
+JOB_COMPONENTS = ("schemas", "flink_jobs")
 
 
 @dataclass
@@ -239,11 +241,13 @@ class StackLayout:
         return lib
 
     def python_import_root(self) -> Path:
-        """A folder holding ``infersight/`` as Python sees it, made of symlinks to the sources.
+        """A folder holding ``infersight/`` as Flink's Python workers see it, made of symlinks to the sources:
+        the package's ``__init__`` and the components the jobs may import (``JOB_COMPONENTS``).
 
         An editable install maps ``infersight.<component>`` onto top-level folders through an
         import hook registered by a .pth file; embedded interpreters skip .pth files, so they get
-        this tree instead. Symlinks keep it current as the sources change.
+        this tree instead. Symlinks keep it current as the sources change. Only what the jobs stand on is
+        there, so a job importing another component fails on the cluster as it fails the layering test.
         """
         import importlib
 
@@ -254,11 +258,8 @@ class StackLayout:
         if pkg.exists():
             shutil.rmtree(pkg)
         pkg.mkdir(parents=True)
-        top = Path(infersight.__file__).parent
-        for entry in top.iterdir():
-            if entry.suffix == ".py":
-                (pkg / entry.name).symlink_to(entry)
-        for component in ("schemas", "instrumentation", "collectors", "flink_jobs", "dashboards", "stack"):
+        (pkg / "__init__.py").symlink_to(Path(infersight.__file__))
+        for component in JOB_COMPONENTS:
             module = importlib.import_module(f"infersight.{component}")
             (pkg / component).symlink_to(Path(str(module.__file__)).parent, target_is_directory=True)
         return root

@@ -12,6 +12,7 @@ COPY schemas ./schemas
 COPY instrumentation ./instrumentation
 COPY collectors ./collectors
 COPY flink_jobs ./flink_jobs
+COPY simulator ./simulator
 COPY dashboards ./dashboards
 COPY stack ./stack
 RUN pip install --no-cache-dir -c requirements.lock ".[pipeline]" \

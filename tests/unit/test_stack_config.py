@@ -153,10 +153,13 @@ def test_flatten_yaml():
     assert flatten_yaml({"a": {"b": {"c": 1}, "d": "x"}, "e": 2}) == {"a.b.c": 1, "a.d": "x", "e": 2}
 
 
-def test_python_import_root_exposes_every_component(tmp_path):
+def test_python_import_root_exposes_what_the_jobs_import_and_no_more(tmp_path):
     root = StackLayout(tmp_path, PortPlan.free()).python_import_root()
-    for component in ("schemas", "stack", "flink_jobs", "collectors", "instrumentation", "dashboards"):
+    assert sorted(p.name for p in (root / "infersight").iterdir()) == ["__init__.py", "flink_jobs", "schemas"]
+    for component in ("schemas", "flink_jobs"):
         assert (root / "infersight" / component / "__init__.py").is_file()
+    for job in ("normalize", "metrics", "archive"):  # the job subpackages come along
+        assert (root / "infersight" / "flink_jobs" / job / "job.py").is_file()
 
 
 def test_setup_failure_from_an_unreachable_registry_names_the_fix(tmp_path, monkeypatch):
