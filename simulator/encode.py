@@ -1,7 +1,9 @@
 """Simulated requests -> the OTLP our instrumentation exports (``instrumentation.summary.root_attributes``
 and ``spans``): a root span per request (record-only when the trace is sampled out; with queue, prefill
 and decode stage spans when it is sampled), and per-pod gauges. The numbers are derived from integer
-nanoseconds with the SDK's own expressions, so both decode to identical records."""
+nanoseconds with the SDK's own expressions, so both decode to identical records. The bytes are written
+with the shared wire primitives (``infersight.schemas.otlp_wire``) from templates built once: per pod its
+resource and the root span's fixed attributes, per attribute its key (named by the contract's table)."""
 
 from __future__ import annotations
 
@@ -10,33 +12,49 @@ from collections import defaultdict
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from infersight.instrumentation.spans import SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
+from infersight.schemas import otlp_wire as w
+from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
+from infersight.schemas.contract import BY_NAME, ITL_FIELDS
+from infersight.schemas.otlp_wire import SPAN_ATTRIBUTE, field, key_value
 from infersight.schemas.pipeline import GPU_COUNT_ATTRIBUTE, GPU_TYPE_ATTRIBUTE
-from infersight.simulator import otlp_wire as w
+from infersight.schemas.units import NS
 from infersight.simulator.workload import ALL_ERRORS, Pod, Tick
 
-NS = 1e9  # as instrumentation.summary: seconds = ns / 1e9
+_NS_F = float(NS)  # seconds = ns / 1e9, as the instrumentation computes them (a float divisor: the cheaper division)
 ENGINE = "vllm"
 OPERATION = "chat"
 SERVICE_PREFIX = "llm-serving"
 MAX_SPANS_PER_EXPORT = 2000  # keeps each export well under the receiver's 4 MiB gRPC message limit
 _STAGE_NAMES = ("queue", "prefill", "decode")
 
-_E2E, _TTFT, _TPOT = w.DoubleAttr(9, A.E2E), w.DoubleAttr(9, A.TTFT), w.DoubleAttr(9, A.TPOT)
-_QUEUE, _PREFILL, _DECODE = (w.DoubleAttr(9, A.QUEUE_DURATION), w.DoubleAttr(9, A.PREFILL_DURATION),
-                             w.DoubleAttr(9, A.DECODE_DURATION))
-_ITL = tuple(w.DoubleAttr(9, k) for k in (A.ITL_MEAN, A.ITL_P50, A.ITL_P90, A.ITL_P99, A.ITL_MAX))
-_IN, _OUT = w.IntAttr(9, A.GEN_AI_USAGE_INPUT_TOKENS), w.IntAttr(9, A.GEN_AI_USAGE_OUTPUT_TOKENS)
-_CACHED, _ITL_COUNT = w.IntAttr(9, A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS), w.IntAttr(9, A.ITL_COUNT)
-_RECORD_ONLY = w.field(9, w.kv_bool(A.RECORD_ONLY, True))
-_FINISH = {r: w.field(9, w.kv_string_array(A.GEN_AI_RESPONSE_FINISH_REASONS, (r,))) for r in ("stop", "length",
-                                                                                             "error")}
-_ERRORS = tuple(w.field(9, w.kv_string(A.ERROR_TYPE, e)) + w.field(15, w.field(2, e.encode()) + b"\x18\x02")
-                for e in ALL_ERRORS)
-_STAGE_SPAN = tuple(w.field(5, n.encode()) + b"\x30\x01" + w.field(9, w.kv_string(A.STAGE, n))
-                    for n in _STAGE_NAMES)
+
+def _attribute(record_field: str) -> str:
+    """The root span attribute that carries ``record_field`` (the contract's table)."""
+    attribute = BY_NAME[record_field].attribute
+    assert attribute is not None, record_field
+    return attribute
+
+
+def _double(record_field: str) -> w.DoubleAttr:
+    return w.DoubleAttr(SPAN_ATTRIBUTE, _attribute(record_field))
+
+
+def _span_attribute(key: str, value: object) -> bytes:
+    return field(SPAN_ATTRIBUTE, key_value(key, value))
+
+
+_E2E, _TTFT, _TPOT = _double("e2e_s"), _double("ttft_s"), w.DoubleAttr(SPAN_ATTRIBUTE, A.TPOT)  # TPOT: no record field
+_QUEUE, _PREFILL, _DECODE = _double("queue_s"), _double("prefill_s"), _double("decode_s")
+_ITL_COUNT = w.IntAttr(SPAN_ATTRIBUTE, _attribute(ITL_FIELDS[0].name))
+_ITL = tuple(_double(f.name) for f in ITL_FIELDS[1:])  # mean, p50, p90, p99, max
+_IN, _OUT = w.IntAttr(SPAN_ATTRIBUTE, _attribute("tokens_in")), w.IntAttr(SPAN_ATTRIBUTE, _attribute("tokens_out"))
+_CACHED = w.IntAttr(SPAN_ATTRIBUTE, _attribute("tokens_cached"))
+_RECORD_ONLY = _span_attribute(A.RECORD_ONLY, True)
+_FINISH = {r: _span_attribute(_attribute("finish_reason"), (r,)) for r in ("stop", "length", "error")}
+_ERRORS = tuple(_span_attribute(_attribute("error_type"), e) + w.error_status(e) for e in ALL_ERRORS)
+_STAGE_SPAN = tuple(w.span_head(n, w.KIND_INTERNAL) + _span_attribute(A.STAGE, n) for n in _STAGE_NAMES)
 
 
 def resource_attributes(pod: Pod) -> dict[str, str | int]:
@@ -46,15 +64,7 @@ def resource_attributes(pod: Pod) -> dict[str, str | int]:
             A.ENGINE: ENGINE, GPU_TYPE_ATTRIBUTE: pod.region.gpu_type, GPU_COUNT_ATTRIBUTE: pod.model.gpus_per_pod}
 
 
-def _resource(pod: Pod) -> bytes:
-    parts = []
-    for key, value in resource_attributes(pod).items():
-        kv = w.kv_int(key, value) if isinstance(value, int) else w.kv_string(key, value)
-        parts.append(w.field(1, kv))
-    return w.field(1, b"".join(parts))
-
-
-_SCOPE = w.field(1, w.field(1, SCOPE_NAME.encode()) + w.field(2, SCOPE_VERSION.encode()))
+_SCOPE = field(w.SCOPE_SPANS_SCOPE, w.scope(SCOPE_NAME, SCOPE_VERSION))
 
 
 class PodTemplate:
@@ -63,12 +73,12 @@ class PodTemplate:
     __slots__ = ("resource", "root_head")
 
     def __init__(self, pod: Pod) -> None:
-        self.resource = _resource(pod)
-        fixed = {A.GEN_AI_PROVIDER_NAME: ENGINE, A.ENGINE: ENGINE, A.DEPLOYMENT_TRACK: pod.track,
-                 A.MODEL_VERSION: pod.version, A.GEN_AI_OPERATION_NAME: OPERATION,
-                 A.GEN_AI_REQUEST_MODEL: pod.model.name}
-        self.root_head = (w.field(5, f"{OPERATION} {pod.model.name}".encode()) + b"\x30\x02"
-                          + b"".join(w.field(9, w.kv_string(k, v)) for k, v in fixed.items()))
+        self.resource = field(w.RESOURCE_SPANS_RESOURCE, w.resource(resource_attributes(pod)))
+        fixed = {A.GEN_AI_PROVIDER_NAME: ENGINE, _attribute("engine"): ENGINE, _attribute("track"): pod.track,
+                 _attribute("model_version"): pod.version, A.GEN_AI_OPERATION_NAME: OPERATION,
+                 _attribute("model"): pod.model.name}
+        self.root_head = (w.span_head(f"{OPERATION} {pod.model.name}", w.KIND_SERVER)
+                          + b"".join(_span_attribute(k, v) for k, v in fixed.items()))
 
 
 class Encoder:
@@ -86,7 +96,7 @@ class Encoder:
                 tick.tokens_cached.tolist(), tick.tokens_out.tolist(), tick.gap_ns.tolist(), tick.error.tolist(),
                 tick.sampled.tolist())
         tids, sids = tick.trace_ids, tick.span_ids
-        templates, field_ = self.templates, w.field
+        templates, span_field = self.templates, w.SCOPE_SPANS_SPAN
         rows = enumerate(zip(*cols, strict=True))
         for i, (pod, end, q, p, d, tail, t_in, t_cached, t_out, gaps, err, sampled) in rows:
             tid, sid = tids[16 * i:16 * i + 16], sids[8 * i:8 * i + 8]
@@ -94,9 +104,9 @@ class Encoder:
             root = root_span(templates[pod].root_head, tid, sid, start, end, q, p, d, t_in, t_cached, t_out,
                              gaps, err, sampled)
             out = by_pod[pod]
-            out.append(field_(2, root))
+            out.append(field(span_field, root))
             if sampled:
-                out.extend(field_(2, s) for s in stage_spans(tid, sid, start, q, p, d, t_out))
+                out.extend(field(span_field, s) for s in stage_spans(tid, sid, start, q, p, d, t_out))
         return self._exports(by_pod)
 
     def _exports(self, by_pod: dict[int, list[bytes]]) -> dict[str, list[bytes]]:
@@ -110,8 +120,8 @@ class Encoder:
                 if counts[region] + len(chunk) > MAX_SPANS_PER_EXPORT and pending[region]:
                     by_region[region].append(b"".join(pending.pop(region)))
                     counts[region] = 0
-                body = self.templates[pod].resource + w.field(2, _SCOPE + b"".join(chunk))
-                pending[region].append(w.field(1, body))
+                body = self.templates[pod].resource + field(w.RESOURCE_SPANS_SCOPE_SPANS, _SCOPE + b"".join(chunk))
+                pending[region].append(field(w.REQUEST_RESOURCE_SPANS, body))
                 counts[region] += len(chunk)
         for region, parts in pending.items():
             if parts:
@@ -141,21 +151,21 @@ def _pack(shape, start: int, end: int, *values: float) -> bytes:
 
 def root_span(head: bytes, tid: bytes, sid: bytes, start: int, end: int, q: int, p: int, d: int, t_in: int,
               t_cached: int, t_out: int, gaps: list[int], err: int, sampled: bool) -> bytes:
-    """The root span's bytes; values computed as ``RequestContext._summarise`` computes them."""
-    e2e, queue, prefill = (end - start) / NS, q / NS, p / NS
+    """The root span's bytes; values computed as the instrumentation's ``summarise`` computes them."""
+    e2e, queue, prefill = (end - start) / _NS_F, q / _NS_F, p / _NS_F
     if t_out == 0:
         numbers = _pack(_NONE, start, end, e2e, queue, prefill)
         itl = b""
     elif t_out == 1:
-        numbers = _pack(_ONE, start, end, e2e, queue, prefill, (q + p) / NS, d / NS)
+        numbers = _pack(_ONE, start, end, e2e, queue, prefill, (q + p) / _NS_F, d / _NS_F)
         itl = b""
     else:
         n_gaps = t_out - 1
-        mean = d / n_gaps / NS
-        numbers = _pack(_MANY, start, end, e2e, queue, prefill, (q + p) / NS, d / NS, mean, mean,
-                        gaps[0] / NS, gaps[1] / NS, gaps[2] / NS, gaps[3] / NS)
+        mean = d / n_gaps / _NS_F
+        numbers = _pack(_MANY, start, end, e2e, queue, prefill, (q + p) / _NS_F, d / _NS_F, mean, mean,
+                        gaps[0] / _NS_F, gaps[1] / _NS_F, gaps[2] / _NS_F, gaps[3] / _NS_F)
         itl = _ITL_COUNT(n_gaps)
-    parts = [b"\x0a\x10", tid, b"\x12\x08", sid, head, numbers, itl, _IN(t_in), _OUT(t_out)]
+    parts = [w.SPAN_TRACE_ID, tid, w.SPAN_SPAN_ID, sid, head, numbers, itl, _IN(t_in), _OUT(t_out)]
     if t_cached:
         parts.append(_CACHED(t_cached))
     if err >= 0:
@@ -172,12 +182,12 @@ def stage_spans(tid: bytes, sid: bytes, start: int, q: int, p: int, d: int, t_ou
     bounds = [(start, start + q), (start + q, start + q + p)]
     if t_out > 0:
         bounds.append((start + q + p, start + q + p + d))
-    head = b"\x0a\x10" + tid
-    parent = w.field(4, sid)
+    head = w.SPAN_TRACE_ID + tid
+    parent = w.SPAN_PARENT_SPAN_ID + sid
     out = []
     for k, (s, e) in enumerate(bounds):
         child = sid[:7] + bytes([(sid[7] + k + 1) & 0xFF])
-        out.append(b"".join((head, b"\x12\x08", child, parent, _STAGE_SPAN[k], w.times(s, e))))
+        out.append(b"".join((head, w.SPAN_SPAN_ID, child, parent, _STAGE_SPAN[k], w.span_times(s, e))))
     return out
 
 

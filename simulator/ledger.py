@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from infersight.schemas.units import NS
 from infersight.simulator.workload import Pod, Tick
-
-NS = 1_000_000_000
 
 
 @dataclass

@@ -12,13 +12,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from infersight.schemas.units import NS
 from infersight.simulator.encode import Encoder, gauges
 from infersight.simulator.export import Exporter
 from infersight.simulator.fleet import FleetSpec
 from infersight.simulator.ledger import Ledger
 from infersight.simulator.workload import Fleet, pod_gauges
-
-NS = 1_000_000_000
 
 
 @dataclass

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infersight.schemas.units import NS
 from infersight.simulator.fleet import FleetSpec, ModelSpec, RegionSpec
 
-NS = 1_000_000_000
 TRACK_NAMES = ("stable", "canary")
 ERROR_TYPES = ("EngineGenerateError", "context_length_exceeded", "500")
 TIMEOUT_S = 30.0

@@ -140,9 +140,56 @@ def test_the_encoders_caches_stay_bounded_with_unique_values():
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("lib")
-    for i in range(otlp_encoder._CACHE_MAX + 50):
+    for i in range(otlp_encoder.CACHE.limit + 50):
         with tracer.start_as_current_span("s", attributes={"gen_ai.response.id": f"chatcmpl-{i}", "k": "v"}):
             pass
     spans = exporter.get_finished_spans()
     assert _ours(spans) == sdk_encode_spans(spans)
-    assert len(otlp_encoder._string_pairs) <= otlp_encoder._CACHE_MAX
+    assert len(otlp_encoder.CACHE.pairs) <= otlp_encoder.CACHE.limit
+
+
+def test_the_shared_wire_primitives_decode_as_the_protobuf_classes_encode():
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ResourceMessage
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from infersight.schemas import otlp_wire as w
+
+    for n in (0, 1, 127, 128, 16383, 16384, 2**32, 2**64 - 1):
+        assert w.varint(n) == w.varint_loop(n)
+        assert KeyValue.FromString(w.key_value("k", n if n < 2**63 else -1)).value.int_value == (
+            n if n < 2**63 else -1)
+    cached = w.KeyValueCache(limit=2)
+    for key, value in ATTRIBUTES.items():
+        expected = KeyValue(key=key, value=_any(value))
+        assert KeyValue.FromString(w.key_value(key, value)) == expected, key
+        assert KeyValue.FromString(cached.key_value(key, value)) == expected, key
+        assert KeyValue.FromString(cached.key_value(key, value)) == expected, key  # from the caches
+    assert len(cached.keys) <= 2 and len(cached.pairs) <= 2
+    span = Span.FromString(w.SPAN_TRACE_ID + b"\x01" * 16 + w.SPAN_SPAN_ID + b"\x02" * 8 + w.SPAN_PARENT_SPAN_ID
+                           + b"\x03" * 8 + w.span_head("chat m", w.KIND_SERVER) + w.span_times(5, 2**63 + 7)
+                           + w.IntAttr(w.SPAN_ATTRIBUTE, "n")(70_000) + w.DoubleAttr(w.SPAN_ATTRIBUTE, "x")(0.25)
+                           + w.error_status("Boom"))
+    assert (span.name, span.kind, span.start_time_unix_nano, span.end_time_unix_nano) == (
+        "chat m", Span.SPAN_KIND_SERVER, 5, 2**63 + 7)
+    assert span.parent_span_id == b"\x03" * 8 and span.status.code == span.status.STATUS_CODE_ERROR
+    assert span.status.message == "Boom"
+    assert [(kv.key, kv.value) for kv in span.attributes] == [("n", AnyValue(int_value=70_000)),
+                                                                ("x", AnyValue(double_value=0.25))]
+    assert InstrumentationScope.FromString(w.scope("lib", "1.0")) == InstrumentationScope(name="lib", version="1.0")
+    assert ResourceMessage.FromString(w.resource({"a": "b", "n": 2})) == ResourceMessage(attributes=[
+        KeyValue(key="a", value=AnyValue(string_value="b")), KeyValue(key="n", value=AnyValue(int_value=2))])
+
+
+def _any(value):
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
+
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, str):
+        return AnyValue(string_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    return AnyValue(array_value=ArrayValue(values=[_any(v) for v in value]))
