@@ -20,7 +20,7 @@ the request's record for the streaming metrics (``INFERSIGHT_REQUEST_RECORDS=fal
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics, propagate
@@ -29,12 +29,13 @@ from infersight.instrumentation.config import Settings
 from infersight.instrumentation.fastmetrics import HistogramBank, bank_for
 from infersight.instrumentation.gpu import register_gpu_gauges
 from infersight.instrumentation.meters import HISTOGRAMS, RequestMetrics, ServerGauges
-from infersight.instrumentation.request import RedactHook, RequestContext
+from infersight.instrumentation.request import RedactHook, RequestContext, Stage
 from infersight.instrumentation.selftelemetry import BAD_TYPE, SelfTelemetry
-from infersight.instrumentation.spans import SCOPE_NAME, SCOPE_VERSION, SpanSink
-from infersight.instrumentation.summary import root_attributes
+from infersight.instrumentation.spans import Root, SpanSink
+from infersight.instrumentation.summary import RequestSummary, build_record, root_attributes
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
+from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT
 from infersight.schemas.records import RequestRecord
 
@@ -44,7 +45,11 @@ _PER_REQUEST = (M.GEN_AI_SERVER_REQUEST_DURATION, M.GEN_AI_SERVER_TIME_TO_FIRST_
 
 
 class Instrumentation:
-    """Per-process instrumentation state: instruments, span output, settings. Create one per server."""
+    """Per-process instrumentation state: instruments, span output, settings. Create one per server.
+
+    Its requests (``request()``) capture; at finish each hands its summary here, and ``emit`` records the
+    metrics, the spans and the record. ``clock``/``wall_clock`` (ns), ``spans`` (the span output) and
+    ``self_telemetry`` (bad-input counting) are what its requests use."""
 
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None,
                  settings: Settings | None = None, engine: str = "custom", provider_name: str | None = None,
@@ -57,17 +62,17 @@ class Instrumentation:
         self.engine, self.operation = engine, operation
         self.capture_content = self.settings.capture_content if capture_content is None else capture_content
         self.redact, self.on_record = redact, on_record
-        self._clock, self._wall_clock = clock, wall_clock
+        self.clock, self.wall_clock = clock, wall_clock
         meter_provider = meter_provider or metrics.get_meter_provider()
         meter = meter_provider.get_meter(SCOPE_NAME, SCOPE_VERSION)
-        self._self_telemetry = SelfTelemetry(meter)
+        self.self_telemetry = SelfTelemetry(meter)
         # Histograms: aggregated in-process and bridged into the SDK's readers when the provider is the
         # SDK's (see fastmetrics); otherwise, or with fast_metrics=False, the API instruments.
         bank = bank_for(meter_provider, HISTOGRAMS, SCOPE_NAME, SCOPE_VERSION) if fast_metrics else None
         self._histograms: HistogramBank | RequestMetrics = bank if bank is not None else RequestMetrics(meter)
         self.gauges = ServerGauges(meter, engine)
         self.gpu_gauges = register_gpu_gauges(meter) if gpu else False
-        self._spans = SpanSink(tracer_provider)
+        self.spans = SpanSink(tracer_provider)
         self._base_span_attrs: dict[str, Any] = {A.GEN_AI_PROVIDER_NAME: provider_name or engine, A.ENGINE: engine,
                                                  A.DEPLOYMENT_TRACK: self.settings.track}
         if self.settings.model_version:
@@ -79,7 +84,7 @@ class Instrumentation:
         """INFERSIGHT_REGION, else the tracer provider's resource ``cloud.region``, else "unknown"."""
         if self.settings.region:
             return self.settings.region
-        resource = getattr(self._spans.current(), "_resource", None)
+        resource = getattr(self.spans.current(), "resource", None)
         region = resource.attributes.get(A.CLOUD_REGION) if resource is not None else None
         return str(region) if region else "unknown"
 
@@ -88,33 +93,34 @@ class Instrumentation:
         """A request context. Parent: W3C trace context from ``headers`` if given, else ``context``, else
         the current context. Starts on ``with``/``async with`` or ``.start()``."""
         if not isinstance(model, str) or not model:
-            self._self_telemetry.bad_input(BAD_TYPE, f"request model {model!r} must be a non-empty string")
+            self.self_telemetry.bad_input(BAD_TYPE, f"request model {model!r} must be a non-empty string")
             model = str(model) or "unknown"
         parent = context
         if headers is not None:
             try:
                 parent = propagate.extract(headers)
             except Exception as exc:  # noqa: BLE001 - a malformed carrier must not fail the request
-                self._self_telemetry.bad_input(BAD_TYPE, f"could not read trace context from headers: {exc!r}")
+                self.self_telemetry.bad_input(BAD_TYPE, f"could not read trace context from headers: {exc!r}")
         return RequestContext(self, model, operation or self.operation, parent)
 
     # ---- called by RequestContext ----
-    def _span_name(self, req: RequestContext) -> str:
-        return f"{req.operation} {req.model}"  # GenAI semconv: "{gen_ai.operation.name} {gen_ai.request.model}"
+    def span_name(self, model: str, operation: str) -> str:
+        """The root span's name (GenAI semconv: "{gen_ai.operation.name} {gen_ai.request.model}")."""
+        return f"{operation} {model}"
 
-    def _series_for(self, req: RequestContext) -> tuple:
+    def _series_for(self, model: str, operation: str, error_type: str | None) -> tuple:
         """The request's metric handles (duration, TTFT, TPOT, ITL p99, queue, input and output tokens), by
         model, operation and error type: attribute sets and series resolved once, not per request."""
-        key = (req.model, req.operation, req._error)
+        key = (model, operation, error_type)
         cached = self._series_cache.get(key)
         if cached is None:
-            base = {A.GEN_AI_REQUEST_MODEL: req.model, A.GEN_AI_OPERATION_NAME: req.operation,
+            base = {A.GEN_AI_REQUEST_MODEL: model, A.GEN_AI_OPERATION_NAME: operation,
                     A.GEN_AI_PROVIDER_NAME: self._base_span_attrs[A.GEN_AI_PROVIDER_NAME],
                     A.DEPLOYMENT_TRACK: self.settings.track}
             if self.settings.model_version:
                 base[A.MODEL_VERSION] = self.settings.model_version
-            if req._error:
-                base[A.ERROR_TYPE] = req._error
+            if error_type:
+                base[A.ERROR_TYPE] = error_type
             # the bank is the meter provider's, shared by every Instrumentation on it: the whole set is the key
             series, set_key = self._histograms.series, tuple(base.items())
             cached = (*(series(name, set_key, base) for name in _PER_REQUEST),
@@ -124,47 +130,56 @@ class Instrumentation:
                 self._series_cache[key] = cached
         return cached
 
-    def _complete(self, req: RequestContext, end: int) -> None:
-        s = req._summarise(end)
-        req._summary = s
-        duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out = self._series_for(req)
-        obs = [(duration, s["e2e_s"]), (tokens_out, s["tokens_out"])]
+    def emit(self, s: RequestSummary, root: Root | None, stages: Sequence[Stage], events: Sequence[tuple],
+             content: dict[str, str] | None, wall_offset: int) -> None:
+        """A finished request's telemetry from its summary: the metrics (every request), its spans (a
+        sampled trace: root and ``stages``, root ``events``) or its record-only root span, and the record
+        (``on_record``). ``content``: captured prompt and completion attributes; ``wall_offset`` turns the
+        stages' clock into wall-clock ns."""
+        duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out = self._series_for(s.model, s.operation,
+                                                                                        s.error_type)
+        obs = [(duration, s.e2e_s), (tokens_out, s.tokens_out)]
         add = obs.append
-        if req._error is None:  # semconv: TTFT and TPOT describe successful responses
-            if (value := s["ttft_s"]) is not None:
+        if s.error_type is None:  # semconv: TTFT and TPOT describe successful responses
+            if (value := s.ttft_s) is not None:
                 add((ttft, value))
-            if (value := s["tpot_s"]) is not None:
+            if (value := s.tpot_s) is not None:
                 add((tpot, value))
-        if (itl := s["itl"]) is not None:
-            add((itl_p99, itl[4]))  # .p99_s
-        if (value := s["queue_s"]) is not None:
+        if (itl := s.itl) is not None:
+            add((itl_p99, itl.p99_s))
+        if (value := s.queue_s) is not None:
             add((queue, value))
-        if (value := s["tokens_in"]) is not None:
+        if (value := s.tokens_in) is not None:
             add((tokens_in, value))
         self._histograms.record_series(obs)
-        if req._prefix_queried:
-            self.gauges.add_prefix_cache(req._prefix_queried, req._tokens_cached)
-        root = req._root
+        if s.prefix_queried:
+            self.gauges.add_prefix_cache(s.prefix_queried, s.tokens_cached)
         if root is not None and root.sampled:
-            wall = req._wall_ns
-            stages = [(rec[0], rec[1], wall(rec[2]), wall(rec[3]), rec[4] or {A.STAGE: rec[0]}, rec[5])
-                      for rec in req._stages]
-            self._spans.current().emit(root, root.name, req._wall0, wall(end),
-                                       root_attributes(req, s), req._events, req._error, stages)
+            spans = [(st.name, st.span_context, st.start_ns + wall_offset, st.end_ns + wall_offset,  # type: ignore[operator]
+                      st.attributes or {A.STAGE: st.name},
+                      [(n, a, t + wall_offset) for n, a, t in st.events] if st.events else ())
+                     for st in stages]
+            self.spans.current().emit(root, root.name, s.start_ns, s.end_ns,
+                                      root_attributes(s, self._base_span_attrs, content), events, s.error_type,
+                                      spans)
         elif root is not None and self.settings.request_records:
-            self._spans.current().emit_record(root, root.name, req._wall0, req._wall_ns(end),
-                                              root_attributes(req, s), req._error)
+            self.spans.current().emit_record(root, root.name, s.start_ns, s.end_ns,
+                                             root_attributes(s, self._base_span_attrs, content), s.error_type)
         if self.on_record is not None:
-            self.on_record(req.record())
+            self.on_record(self.request_record(s, root))
 
-    def _emit_late_evaluation(self, root: Any, attrs: dict, at_ns: int) -> None:
+    def request_record(self, s: RequestSummary, root: Root | None) -> RequestRecord:
+        """The contract's per-request record of a finished request."""
+        if root is not None:
+            trace_id, span_id = format(root.span_context.trace_id, "032x"), format(root.span_context.span_id, "016x")
+        else:
+            trace_id, span_id = "0" * 32, ""
+        return build_record(s, trace_id, span_id, self.region, self.settings.model_version, self.settings.track,
+                            self.engine)
+
+    def emit_late_evaluation(self, root: Root, attrs: dict, at_ns: int) -> None:
         """An evaluation that arrives after the root span was exported rides on a small child span."""
-        path = self._spans.current()
+        path = self.spans.current()
         span_context, _ctx = path.child_context(root)
-        events = [(GEN_AI_EVALUATION_RESULT, attrs, at_ns)]
-        if span_context is not None:
-            path.emit_child(root, "gen_ai.evaluation", span_context, at_ns, at_ns, {}, events)
-            return
-        span = path._tracer.start_span("gen_ai.evaluation", context=root.context, start_time=at_ns)
-        span.add_event(GEN_AI_EVALUATION_RESULT, attrs, at_ns)
-        span.end(end_time=at_ns)
+        path.emit_child(root, "gen_ai.evaluation", span_context, at_ns, at_ns, {},
+                        [(GEN_AI_EVALUATION_RESULT, attrs, at_ns)])

@@ -1,4 +1,5 @@
-"""One inference request: stages, token marks, usage, outcome; summarised and emitted once, at finish.
+"""One inference request, captured: stages, token marks, usage, outcome. At finish it is summarised once
+(``summary.summarise``) and handed to its ``Instrumentation``, which emits metrics, spans and the record.
 
 Per token the only work is appending a clock reading to a list. Everything else (TTFT, ITL summary,
 TPOT, stage durations) is computed once when the request finishes; metrics are recorded for every
@@ -17,7 +18,7 @@ from opentelemetry import propagate
 
 from infersight.instrumentation import selftelemetry as bad
 from infersight.instrumentation.spans import context_ops
-from infersight.instrumentation.summary import NS, build_record, itl_summary
+from infersight.instrumentation.summary import RequestSummary, summarise
 from infersight.schemas import attributes as A
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT, SAFETY_CHECK_EVENT
 from infersight.schemas.records import FINISH_REASONS, RequestRecord
@@ -46,14 +47,28 @@ def _is_count(value: Any) -> bool:
 
 
 class Stage:
-    """A stage span (routing, queue, prefill, decode, safety): ``with req.stage("queue"):`` or ``.end()``."""
+    """A stage of a request (routing, queue, prefill, decode, safety) and its span: ``with req.stage("queue"):``
+    or ``.end()``. What it captured is its fields: ``name``; ``start_ns`` and ``end_ns`` (None while open) in
+    the request's clock; ``attributes`` (None: only the stage name); ``events`` (name, attributes, clock
+    time) of a sampled stage; and, sampled, its ``span_context`` and the ``context`` to make current in it.
 
-    # Made by RequestContext (object.__new__ and three slot stores: cheaper than an __init__ call).
-    __slots__ = ("_req", "_rec", "_token")
+    Made by RequestContext with object.__new__ and slot stores (five per request: cheaper than an __init__
+    call). It holds its Instrumentation, not its request, so a request and its stages form no reference
+    cycle (freed by reference counting, never left to the garbage collector)."""
+
+    __slots__ = ("_inst", "_token", "attributes", "context", "end_ns", "events", "name", "span_context", "start_ns")
+
+    name: str
+    start_ns: int
+    end_ns: int | None
+    attributes: dict[str, Any] | None
+    events: list[tuple] | tuple
+    span_context: Any
+    context: Any
 
     def __enter__(self) -> Stage:
-        if self._rec[6] is not None:  # sampled: user spans inside the stage nest under it
-            self._token = _attach(self._rec[6])
+        if self.context is not None:  # sampled: user spans inside the stage nest under it
+            self._token = _attach(self.context)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -62,34 +77,34 @@ class Stage:
             self._token = None
         if exc is not None:
             self.set_attribute(A.ERROR_TYPE, type(exc).__qualname__)
-        rec = self._rec
-        if rec[3] is None:  # end(), inlined: this runs for every stage of every request
-            rec[3] = self._req._clock()
+        if self.end_ns is None:  # end(), inlined: this runs for every stage of every request
+            self.end_ns = self._inst.clock()
         return False
 
     def end(self) -> None:
-        if self._rec[3] is None:
-            self._rec[3] = self._req._clock()
+        if self.end_ns is None:
+            self.end_ns = self._inst.clock()
 
     def set_attribute(self, key: str, value: Any) -> None:
-        if self._rec[4] is None:
-            self._rec[4] = {A.STAGE: self._rec[0]}
-        self._rec[4][key] = value
+        if self.attributes is None:
+            self.attributes = {A.STAGE: self.name}
+        self.attributes[key] = value
 
     def verdict(self, verdict: str, check: str | None = None) -> None:
         """A guardrail verdict (pass, flag, block); the stage keeps the most severe one seen."""
         if verdict not in _SEVERITY:
-            self._req._bad(bad.UNKNOWN_VALUE, f"safety verdict {verdict!r} is not one of {A.SAFETY_VERDICTS}")
+            self._inst.self_telemetry.bad_input(
+                bad.UNKNOWN_VALUE, f"safety verdict {verdict!r} is not one of {A.SAFETY_VERDICTS}")
             return
-        attrs = self._rec[4] if self._rec[4] is not None else {}
+        attrs = self.attributes if self.attributes is not None else {}
         current = attrs.get(A.SAFETY_VERDICT)
         if current is None or _SEVERITY[verdict] > _SEVERITY[current]:
             self.set_attribute(A.SAFETY_VERDICT, verdict)
-        if self._rec[6] is not None:
+        if self.context is not None:
             event_attrs = {A.SAFETY_VERDICT: verdict, A.SAFETY_DIRECTION: attrs.get(A.SAFETY_DIRECTION, "")}
             if check:
                 event_attrs[A.SAFETY_CHECK] = check
-            self._rec[5].append((SAFETY_CHECK_EVENT, event_attrs, self._req._wall_ns(self._req._clock())))
+            self.events.append((SAFETY_CHECK_EVENT, event_attrs, self._inst.clock()))  # type: ignore[union-attr]
 
 
 _new_stage = object.__new__
@@ -99,29 +114,28 @@ class RequestContext:
     """Created by :meth:`Instrumentation.request`; use as ``with`` / ``async with`` or start()/finish()."""
 
     __slots__ = ("_inst", "_clock", "model", "operation", "_parent_ctx", "_start", "_wall0", "_first", "_ticks",
-                 "token", "_stages", "_events", "_root", "_ctx_token", "_state", "_finish_reason", "_error",
+                 "token", "_stages", "_events", "_root", "_ctx_token", "_state", "_error",
                  "_tokens_in", "_tokens_out", "_tokens_cached", "_prefix_queried", "_response_model",
                  "_response_id", "_content", "_summary", "_quiet")
 
     def __init__(self, inst: Instrumentation, model: str, operation: str, parent_ctx: Any) -> None:
-        self._inst, self._clock = inst, inst._clock
+        self._inst, self._clock = inst, inst.clock
         self.model, self.operation, self._parent_ctx = model, operation, parent_ctx
         self._start = self._wall0 = 0
         self._first: int | None = None
         ticks: list[int] = []
-        append, clock = ticks.append, inst._clock
+        append, clock = ticks.append, inst.clock
 
         def token() -> None:
             """Mark one generated token (after the first): a clock read and a list append."""
             append(clock())
 
         self._ticks, self.token = ticks, token
-        self._stages: list[list] = []
+        self._stages: list[Stage] = []
         self._events: list[tuple] = []
         self._root: Any = None
         self._ctx_token: Any = None
         self._state = _NEW
-        self._finish_reason: str | None = None
         self._error: str | None = None
         self._tokens_in: int | None = None
         self._tokens_out: int | None = None
@@ -130,7 +144,7 @@ class RequestContext:
         self._response_model: str | None = None
         self._response_id: str | None = None
         self._content: dict[str, str] | None = None
-        self._summary: dict[str, Any] | None = None
+        self._summary: RequestSummary | None = None
         self._quiet = False  # started, with a root span the sampler dropped: stages need no span ids
 
     # ---- lifecycle ----
@@ -138,11 +152,12 @@ class RequestContext:
         if self._state != _NEW:
             self._bad(bad.DOUBLE_START, "start() called twice")
             return self
-        self._wall0, self._start = self._inst._wall_clock(), self._clock()
+        inst = self._inst
+        self._wall0, self._start = inst.wall_clock(), self._clock()
         self._state = _STARTED
         try:
-            self._root = self._inst._spans.current().begin(self._inst._span_name(self), self._parent_ctx,
-                                                           self._wall0)
+            self._root = inst.spans.current().begin(inst.span_name(self.model, self.operation), self._parent_ctx,
+                                                    self._wall0)
         except Exception as exc:  # noqa: BLE001 - a broken tracer must not break the request
             self._bad(bad.INTERNAL, f"starting the root span failed: {exc!r}")
         self._quiet = self._root is not None and not self._root.sampled
@@ -195,10 +210,11 @@ class RequestContext:
         if attributes or not self._quiet or name not in _STAGE_SET:
             return self._open(name, {A.STAGE: name, **attributes} if attributes else None)
         # A well-formed stage of a sampled-out request (every stage of most requests): _open, inlined.
-        rec = [name, None, self._clock(), None, None, (), None]
-        self._stages.append(rec)
         stage = _new_stage(Stage)
-        stage._req, stage._rec, stage._token = self, rec, None
+        stage.name, stage.start_ns, stage.end_ns, stage.attributes = name, self._clock(), None, None
+        stage.events, stage.span_context, stage.context = (), None, None
+        stage._inst, stage._token = self._inst, None
+        self._stages.append(stage)
         return stage
 
     def safety(self, direction: str, check: str | None = None) -> Stage:
@@ -217,23 +233,25 @@ class RequestContext:
             self._bad(bad.NOT_STARTED if self._state == _NEW else bad.AFTER_FINISH, f"stage({name!r})")
         if name not in _STAGE_SET:
             self._bad(bad.UNKNOWN_STAGE, f"stage {name!r} is not one of {STAGES}")
+        stage = _new_stage(Stage)  # five per request: slot stores here cost less than an __init__ call
+        stage.name, stage.start_ns, stage.end_ns, stage.attributes = name, now, None, attrs
+        stage._inst, stage._token = self._inst, None
         root = self._root
         if root is not None and root.sampled:
-            span_context, ctx = self._inst._spans.current().child_context(root)
-            rec = [name, span_context, now, None, attrs, [], ctx if span_context is not None else None]
+            span_context, ctx = self._inst.spans.current().child_context(root)
+            stage.span_context, stage.context = span_context, ctx if span_context is not None else None
+            stage.events = []
         else:  # no span will be built: no ids, no context, no event list
-            rec = [name, None, now, None, attrs, (), None]
+            stage.events, stage.span_context, stage.context = (), None, None
         if started:
-            self._stages.append(rec)
-        stage = _new_stage(Stage)  # five per request: slot stores here cost less than an __init__ call
-        stage._req, stage._rec, stage._token = self, rec, None
+            self._stages.append(stage)
         return stage
 
     def end_stage(self, name: str) -> None:
         """Close the latest open stage called ``name`` (for stages that end in another callback)."""
-        for rec in reversed(self._stages):
-            if rec[0] == name and rec[3] is None:
-                rec[3] = self._clock()
+        for stage in reversed(self._stages):
+            if stage.name == name and stage.end_ns is None:
+                stage.end_ns = self._clock()
                 return
         self._bad(bad.STAGE_NOT_OPEN, f"end_stage({name!r}) without an open {name!r} stage")
 
@@ -357,14 +375,15 @@ class RequestContext:
             attrs[A.GEN_AI_EVALUATION_SCORE_LABEL] = score_label
         if explanation is not None:
             attrs[A.GEN_AI_EVALUATION_EXPLANATION] = explanation
-        now = self._inst._wall_clock()
+        now = self._inst.wall_clock()
         if self._state != _FINISHED:
             self._events.append((GEN_AI_EVALUATION_RESULT, attrs, now))
         elif self._root is not None and self._root.sampled:  # late judge: a small child span carries it
-            self._inst._emit_late_evaluation(self._root, attrs, now)
+            self._inst.emit_late_evaluation(self._root, attrs, now)
 
     def finish(self, reason: str | None = "stop") -> None:
-        """End the request: summarise, record metrics, emit spans (sampled) and the record (if a sink).
+        """End the request: summarise it, then its Instrumentation records metrics, emits spans (sampled) and
+        the record (if a sink).
 
         ``reason`` is one of ``FINISH_REASONS``; None means "error" if an error was set, else "stop"."""
         now = self._clock()
@@ -379,9 +398,22 @@ class RequestContext:
         if reason is not None and reason not in FINISH_REASONS:
             self._bad(bad.UNKNOWN_VALUE, f"finish reason {reason!r} is not one of {FINISH_REASONS}")
             reason = None  # the record keeps to the contract's reasons
-        self._finish_reason = reason if reason is not None else ("error" if self._error else "stop")
         try:
-            self._inst._complete(self, now)
+            ticks, first, start, stages = self._ticks, self._first, self._start, self._stages
+            if first is not None and (not ticks or ticks[0] >= first):  # well-formed: token_times(), inlined
+                times = [first, *ticks]
+            else:
+                times = self.token_times()
+            for stage in stages:
+                if stage.start_ns < start or stage.end_ns is None:
+                    self._repair_stage(stage, start, now)
+            wall_offset = self._wall0 - start
+            self._summary = summary = summarise(
+                self.model, self.operation, start, now, wall_offset, times, stages, self._tokens_in,
+                self._tokens_out, self._tokens_cached, self._prefix_queried,
+                reason if reason is not None else ("error" if self._error else "stop"), self._error,
+                self._response_model, self._response_id)
+            self._inst.emit(summary, self._root, stages, self._events, self._content, wall_offset)
         except Exception as exc:  # noqa: BLE001
             self._bad(bad.INTERNAL, f"completing the request failed: {exc!r}")
 
@@ -399,61 +431,26 @@ class RequestContext:
             return sorted([first, *ticks])
         return [first, *ticks]
 
-    def summary(self) -> dict[str, Any] | None:
-        """The finished request's figures (seconds), None before finish."""
+    def summary(self) -> RequestSummary | None:
+        """The finished request's figures (seconds; see ``summary.RequestSummary``), None before finish."""
         return self._summary
 
     def record(self) -> RequestRecord | None:
         """The per-request record of the contract (``infersight.schemas.records``), None before finish."""
-        return build_record(self) if self._summary is not None else None
+        return self._inst.request_record(self._summary, self._root) if self._summary is not None else None
 
     # ---- internals ----
-    def _wall_ns(self, mono_ns: int) -> int:
-        return self._wall0 + (mono_ns - self._start)
-
     def _bad(self, kind: str, detail: str) -> None:
-        self._inst._self_telemetry.bad_input(kind, detail)
+        self._inst.self_telemetry.bad_input(kind, detail)
 
-    def _repair_stage(self, rec: list, start: int, end: int) -> tuple[int, int]:
+    def _repair_stage(self, stage: Stage, start: int, end: int) -> None:
         """A stage that began before the request or was never closed: counted, then clamped to the request."""
-        if rec[2] < start:
-            self._bad(bad.NEGATIVE_DURATION, f"stage {rec[0]!r} started before the request")
-            rec[2] = start
-        if rec[3] is None:
-            self._bad(bad.STAGE_LEFT_OPEN, f"stage {rec[0]!r} still open at finish; closed there")
-            rec[3] = end
-        return rec[2], rec[3]
-
-    def _summarise(self, end: int) -> dict[str, Any]:
-        ticks, first, start = self._ticks, self._first, self._start
-        if first is not None and (not ticks or ticks[0] >= first):  # well-formed: token_times(), inlined
-            times = [first, *ticks]
-        else:
-            times = self.token_times()
-        queue = prefill = decode = None  # the stage sums a record carries (routing, safety: spans only)
-        for rec in self._stages:
-            begun, ended = rec[2], rec[3]
-            if begun < start or ended is None:
-                begun, ended = self._repair_stage(rec, start, end)
-            name = rec[0]
-            if name == "decode":
-                decode = (ended - begun) / NS + (decode or 0.0)
-            elif name == "queue":
-                queue = (ended - begun) / NS + (queue or 0.0)
-            elif name == "prefill":
-                prefill = (ended - begun) / NS + (prefill or 0.0)
-        first = times[0] if times else None
-        n = len(times)
-        if decode is None and n >= 2:
-            decode = (times[-1] - first) / NS
-        tokens_out = self._tokens_out if self._tokens_out is not None else n
-        return {
-            "end": end, "e2e_s": (end - start) / NS,
-            "ttft_s": (first - start) / NS if first is not None else None,
-            "tpot_s": (times[-1] - first) / (n - 1) / NS if n >= 2 else None,
-            "itl": itl_summary(times), "queue_s": queue, "prefill_s": prefill,
-            "decode_s": decode, "tokens_in": self._tokens_in, "tokens_out": tokens_out,
-        }
+        if stage.start_ns < start:
+            self._bad(bad.NEGATIVE_DURATION, f"stage {stage.name!r} started before the request")
+            stage.start_ns = start
+        if stage.end_ns is None:
+            self._bad(bad.STAGE_LEFT_OPEN, f"stage {stage.name!r} still open at finish; closed there")
+            stage.end_ns = end
 
 
 RedactHook = Callable[[str], str]

@@ -27,10 +27,8 @@ from opentelemetry.trace import propagation as _trace_propagation
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
-from infersight.schemas.attributes import RECORD_ONLY
+from infersight.schemas.attributes import RECORD_ONLY, SCOPE_NAME, SCOPE_VERSION
 
-SCOPE_NAME = "infersight.instrumentation"
-SCOPE_VERSION = "0.1.0"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _UNSET = Status(StatusCode.UNSET)  # immutable; one for every span without an error
@@ -118,7 +116,7 @@ class _FastPath:
         self._trace_id = functools.partial(random.getrandbits, 128) if default else ids.generate_trace_id
         self._span_id = functools.partial(random.getrandbits, 64) if default else ids.generate_span_id
         self._sampled_decision = Decision.RECORD_AND_SAMPLE
-        self._resource = provider.resource
+        self.resource = provider.resource  # the provider's: also where Instrumentation.region looks
         self._processor = provider._active_span_processor  # noqa: SLF001 - pinned SDK, see module doc
         # the provider's processors, when it is the SDK's own multi-processor: their tuple is replaced
         # whenever one is added, so its identity says when _end must be rebuilt
@@ -180,7 +178,7 @@ class _FastPath:
         if root.sampler_attributes:
             attributes.update(root.sampler_attributes)
         status = Status(StatusCode.ERROR, error) if error else _UNSET
-        on_end, readable, resource, scope = self._ender(), self._readable, self._resource, self._scope
+        on_end, readable, resource, scope = self._ender(), self._readable, self.resource, self._scope
         root_sc, event = root.span_context, self._event
         for stage_name, span_context, s_start, s_end, s_attrs, s_events in stages:
             if s_events:
@@ -202,13 +200,13 @@ class _FastPath:
         record_sc = _new_span_context((sc[0], sc[1], False, _SAMPLED, sc[4], sc[5]))  # tuple order, as above
         attributes[RECORD_ONLY] = True
         status = Status(StatusCode.ERROR, error) if error else _UNSET
-        self._ender()(_readable_span(self._readable, name, record_sc, root.parent, self._resource, attributes, (),
+        self._ender()(_readable_span(self._readable, name, record_sc, root.parent, self.resource, attributes, (),
                                      SpanKind.SERVER, status, start, end, self._scope))
 
     def emit_child(self, root: Root, name: str, span_context: SpanContext, start: int, end: int,
                    attributes: dict, events: Sequence) -> None:
         self._ender()(_readable_span(
-            self._readable, name, span_context, root.span_context, self._resource, attributes,
+            self._readable, name, span_context, root.span_context, self.resource, attributes,
             [self._event(n, a, t) for n, a, t in events], SpanKind.INTERNAL, _UNSET, start, end, self._scope))
 
 
@@ -229,6 +227,14 @@ class _PlainPath:
 
     def emit_record(self, root: Root, name: str, start: int, end: int, attributes: dict, error: str | None) -> None:
         """Nothing: through the plain API an unsampled span cannot be exported (a non-SDK provider)."""
+
+    def emit_child(self, root: Root, name: str, span_context: SpanContext | None, start: int, end: int,
+                   attributes: dict, events: Sequence) -> None:
+        """A finished child span of ``root`` (its ids are the tracer's: ``span_context`` is None here)."""
+        span = self._tracer.start_span(name, context=root.context, start_time=start, attributes=attributes)
+        for ev_name, ev_attrs, ev_time in events:
+            span.add_event(ev_name, ev_attrs, ev_time)
+        span.end(end_time=end)
 
     def emit(self, root: Root, name: str, start: int, end: int, attributes: dict, events: Sequence,
              error: str | None, stages: Sequence[tuple]) -> None:

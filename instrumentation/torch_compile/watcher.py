@@ -25,9 +25,10 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from infersight.instrumentation.spans import SCOPE_VERSION
 from infersight.schemas import attributes as A
 from infersight.schemas import torch_compile as N
+from infersight.schemas.attributes import SCOPE_VERSION
+from infersight.schemas.units import NS
 
 _log = logging.getLogger(__name__)
 SCOPE_NAME = __package__  # infersight.instrumentation.torch_compile
@@ -51,7 +52,7 @@ class CompileEvent:
 
     @property
     def end_ns(self) -> int:
-        return self.start_ns + int(self.duration_s * 1e9)
+        return self.start_ns + int(self.duration_s * NS)
 
 
 def _int(value: Any) -> int | None:

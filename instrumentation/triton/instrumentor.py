@@ -17,9 +17,9 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from infersight.instrumentation.activation import may_instrument
-from infersight.instrumentation.spans import SCOPE_VERSION
 from infersight.instrumentation.triton import client
 from infersight.instrumentation.triton.package import _instruments
+from infersight.schemas.attributes import SCOPE_VERSION
 
 _log = logging.getLogger(__name__)
 ENV_ENABLED = "OTEL_PYTHON_INFERSIGHT_TRITON_ENABLED"

@@ -40,9 +40,9 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from infersight.instrumentation.config import Settings
-from infersight.instrumentation.spans import SCOPE_VERSION
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
+from infersight.schemas.attributes import SCOPE_VERSION
 
 _log = logging.getLogger(__name__)
 SCOPE_NAME = __name__  # infersight.instrumentation.triton.python_backend

@@ -96,7 +96,7 @@ class InfersightStatLogger(StatLoggerBase):
         try:
             translator.record(scheduler_stats, iteration_stats)
         except Exception as exc:  # noqa: BLE001 - never break vLLM's output loop
-            translator.inst._self_telemetry.bad_input(bad.INTERNAL, f"vLLM stats translation failed: {exc!r}")
+            translator.inst.self_telemetry.bad_input(bad.INTERNAL, f"vLLM stats translation failed: {exc!r}")
 
     def log_engine_initialized(self) -> None:
         if self.translator is not None:

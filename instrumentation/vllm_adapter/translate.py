@@ -32,17 +32,17 @@ from operator import mul
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanKind
+from opentelemetry.trace import NonRecordingSpan
 
 from infersight.instrumentation import selftelemetry as bad
 from infersight.instrumentation.api import Instrumentation
-from infersight.instrumentation.spans import SCOPE_NAME, SCOPE_VERSION, Root, SpanSink
+from infersight.instrumentation.spans import Root, SpanSink
 from infersight.instrumentation.summary import itl_summary
 from infersight.schemas import attributes as A
 from infersight.schemas.records import FINISH_REASONS
+from infersight.schemas.units import NS
 
 _log = logging.getLogger(__name__)
-NS = 1_000_000_000
 STEP_HISTORY = 65_536
 _CHAT_ID_PREFIX = "chatcmpl-"  # vLLM's OpenAI server: chat request ids; plain completions are "cmpl-"
 
@@ -73,7 +73,6 @@ class StatsTranslator:
         self.inst = Instrumentation(tracer_provider=inst_tp, meter_provider=meter_provider, engine="vllm",
                                     provider_name="vllm", gpu=gpu, clock=clock, wall_clock=clock)
         self._stage_spans = SpanSink(tracer_provider) if vllm_tracing else None
-        self._stage_tracer = tracer_provider.get_tracer(SCOPE_NAME, SCOPE_VERSION) if vllm_tracing else None
         self._step_gaps: deque[float] = deque(maxlen=STEP_HISTORY)
         self.requests_seen = 0
         self.gap_fallbacks = 0
@@ -82,7 +81,7 @@ class StatsTranslator:
         return self._now[0]
 
     def _bad(self, kind: str, detail: str) -> None:
-        self.inst._self_telemetry.bad_input(kind, detail)
+        self.inst.self_telemetry.bad_input(kind, detail)
 
     # ---- per engine step ----
     def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
@@ -203,19 +202,14 @@ class StatsTranslator:
         if parent is None or not parent.trace_flags.sampled:
             return
         ctx = trace.set_span_in_context(NonRecordingSpan(parent))
-        path = self._stage_spans.current()
+        path = self._stage_spans.current()  # type: ignore[union-attr]
         root = Root(ctx, parent, None, True)
         for item in stages:
             if item is None:
                 continue
             name, s_start, s_end, attrs = item
-            if hasattr(path, "emit_child"):  # SDK provider: finished spans straight to its processors
-                span_context, _ = path.child_context(root)
-                path.emit_child(root, name, span_context, s_start, s_end, attrs, ())
-            else:
-                span = self._stage_tracer.start_span(name, context=ctx, kind=SpanKind.INTERNAL, start_time=s_start,
-                                                     attributes=attrs)
-                span.end(end_time=s_end)
+            span_context, _ = path.child_context(root)  # an SDK provider: finished spans straight to its processors
+            path.emit_child(root, name, span_context, s_start, s_end, attrs, ())
 
     def pending(self) -> Mapping[str, int]:
         return {"headers": len(self.parents.headers), "llm_request_spans": len(self.parents.llm_request_spans)}

@@ -126,7 +126,7 @@ def test_negative_stage_duration_is_clamped_and_counted():
     h = make()
     with h.inst.request("llama") as req:
         stage = req.stage("queue")
-        stage._rec[2] = h.clock.now - 10_000_000_000  # a start before the request (bad caller timestamps)
+        stage.start_ns = h.clock.now - 10_000_000_000  # a start before the request (bad caller timestamps)
         stage.end()
     errors, _ = counts(h.reader)
     assert errors[kinds.NEGATIVE_DURATION] == 1
