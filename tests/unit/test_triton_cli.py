@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infersight.instrumentation.triton.kserve_standin import GrpcStandIn, HttpStandIn
+from tests.support.kserve_standin import GrpcStandIn, HttpStandIn
 
 VENV_BIN = Path(sys.executable).parent
 SCRIPT = """

@@ -19,9 +19,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tritonclient.utils import InferenceServerException
 
 from infersight.instrumentation.triton import TritonClientInstrumentor, trace_headers
-from infersight.instrumentation.triton.kserve_standin import MISSING_MODEL, GrpcStandIn, HttpStandIn
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
+from tests.support.kserve_standin import MISSING_MODEL, GrpcStandIn, HttpStandIn
 
 
 @pytest.fixture(scope="module")

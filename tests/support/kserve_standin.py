@@ -1,4 +1,4 @@
-"""A small stand-in for Triton's KServe v2 endpoints (HTTP/REST and gRPC) on loopback, for tests and demos.
+"""A small stand-in for Triton's KServe v2 endpoints (HTTP/REST and gRPC) on loopback, for tests.
 
 It is *not* Triton: it implements just enough of the KServe v2 protocol for tritonclient's ``infer`` to work
 (``/v2/health/ready``, ``/v2/models/{m}[/versions/{v}]/infer`` with JSON and binary tensor data;
