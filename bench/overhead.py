@@ -1,6 +1,6 @@
 """Overhead of infersight's request instrumentation vs the plain OpenTelemetry SDK, in one run.
 
-    python bench/overhead.py [--quick] [--out bench/results/overhead.json]
+    .venv/bin/python -m bench.overhead [--quick] [--out bench/results/overhead.json]
 
 Measures CPU time (process_time) per request:
 - ours, traced: root + 5 stage spans (routing, safety, queue, prefill, decode), 16 token marks, the
@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
+from bench.results_file import save_results
 from infersight.instrumentation import Instrumentation, Settings
 from infersight.instrumentation.meters import RequestMetrics
 from infersight.schemas import attributes as A
@@ -238,14 +239,12 @@ def main(argv: list[str] | None = None) -> dict:
                          "machine": platform.machine(), "cpus": os.cpu_count(),
                          "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(json.dumps(results, indent=2))
-    if args.out.exists():  # keep the vLLM figures that bench/vllm_overhead.py merged into the same file
+    if args.out.exists():  # keep the vLLM figures that bench.vllm_overhead merged into the same file
         previous = json.loads(args.out.read_text())
         kept = {k: v for k, v in previous.items() if k.startswith("vllm_")}
         kept_targets = {k: v for k, v in previous.get("targets", {}).items() if k.startswith("vllm_")}
         results = {**results, **kept, "targets": {**results["targets"], **kept_targets}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    return results
+    return save_results(args.out, results)  # stamps commit, machine, time, command (the vLLM figures: vllm_config)
 
 
 if __name__ == "__main__":

