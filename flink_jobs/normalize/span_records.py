@@ -25,7 +25,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from infersight.flink_jobs.normalize.otlp_spans import TracesView, any_value
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
-from infersight.schemas.records import _SLACK_S, FINISH_REASONS, RequestRecord, validate
+from infersight.schemas.contract import BY_NAME, REQUEST_FIELDS
+from infersight.schemas.records import FINISH_REASONS, RequestRecord, surely_valid, validate
 from infersight.schemas.units import NS
 
 MAX_DIMENSION_CHARS = 256  # model, version, region, error type: metric labels downstream
@@ -173,31 +174,38 @@ def _common(reader: _Reader, span: Span, engine_default: str) -> dict[str, Any]:
     }
 
 
+# Our root span's numbers, field -> attribute, from the contract's table (counts default to 0).
+_OUR_DOUBLES = tuple((f.name, f.attribute) for f in REQUEST_FIELDS if f.type == "double" and f.attribute)
+_OUR_COUNTS = tuple((f.name, f.attribute) for f in REQUEST_FIELDS
+                    if f.type == "int" and f.attribute and not f.on_resource)
+_MODEL = BY_NAME["model"]
+
+
 def _ours(reader: _Reader) -> dict[str, Any]:
     d, i = reader.double, reader.integer
-    return {
-        "model": reader.string(A.GEN_AI_REQUEST_MODEL, MAX_DIMENSION_CHARS),
-        "e2e_s": d(A.E2E), "ttft_s": d(A.TTFT), "queue_s": d(A.QUEUE_DURATION),
-        "prefill_s": d(A.PREFILL_DURATION), "decode_s": d(A.DECODE_DURATION),
-        "itl_count": i(A.ITL_COUNT) or 0, "itl_mean_s": d(A.ITL_MEAN), "itl_p50_s": d(A.ITL_P50),
-        "itl_p90_s": d(A.ITL_P90), "itl_p99_s": d(A.ITL_P99), "itl_max_s": d(A.ITL_MAX),
-        "tokens_in": i(A.GEN_AI_USAGE_INPUT_TOKENS) or 0,
-        "tokens_out": i(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0,
-        "tokens_cached": i(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS) or 0,
-    }
+    fields: dict[str, Any] = {"model": reader.string(_MODEL.attribute, MAX_DIMENSION_CHARS)}
+    for name, attribute in _OUR_DOUBLES:
+        fields[name] = d(attribute)
+    for name, attribute in _OUR_COUNTS:
+        fields[name] = i(attribute) or 0
+    return fields
+
+
+# vLLM's llm_request span: its own spellings of the durations and token counts (the contract's vllm column).
+_VLLM_DOUBLES = tuple((f.name, f.vllm[0]) for f in REQUEST_FIELDS if f.type == "double" and f.vllm)
+_VLLM_COUNTS = tuple((f.name, (f.attribute, *f.vllm)) for f in REQUEST_FIELDS if f.type == "int" and f.vllm)
+_CACHED = BY_NAME["tokens_cached"].attribute
 
 
 def _vllm(reader: _Reader) -> dict[str, Any]:
     d = reader.double
-    return {
-        "model": reader.first("string", A.GEN_AI_RESPONSE_MODEL, A.GEN_AI_REQUEST_MODEL),
-        "e2e_s": d(A.VLLM_LATENCY_E2E), "ttft_s": d(A.VLLM_LATENCY_TTFT),
-        "queue_s": d(A.VLLM_LATENCY_QUEUE), "prefill_s": d(A.VLLM_LATENCY_PREFILL),
-        "decode_s": d(A.VLLM_LATENCY_DECODE),
-        "tokens_in": reader.first("int", A.GEN_AI_USAGE_INPUT_TOKENS, A.VLLM_USAGE_PROMPT_TOKENS) or 0,
-        "tokens_out": reader.first("int", A.GEN_AI_USAGE_OUTPUT_TOKENS, A.VLLM_USAGE_COMPLETION_TOKENS) or 0,
-        "tokens_cached": reader.integer(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS) or 0,
-    }
+    fields: dict[str, Any] = {"model": reader.first("string", *_MODEL.vllm, _MODEL.attribute)}  # response first
+    for name, attribute in _VLLM_DOUBLES:
+        fields[name] = d(attribute)
+    for name, attributes in _VLLM_COUNTS:
+        fields[name] = reader.first("int", *attributes) or 0
+    fields["tokens_cached"] = reader.integer(_CACHED) or 0
+    return fields
 
 
 def _triton(reader: _Reader, span: Span) -> dict[str, Any]:
@@ -220,46 +228,6 @@ def _triton(reader: _Reader, span: Span) -> dict[str, Any]:
 # is byte for byte the same.
 _RECORD_TEMPLATE: dict[str, Any] = {
     f.name: None if f.default is MISSING else f.default for f in dataclass_fields(RequestRecord)}
-_ZERO_TRACE_ID, _ZERO_SPAN_ID = "0" * 32, "0" * 16
-_INF = float("inf")
-
-
-def _surely_valid(r: dict[str, Any]) -> bool:
-    """True only when ``validate(r)`` would find nothing, for a record built by ``_record_fields``: the
-    contract's checks, minus what building the record guarantees (times set and ordered, region a short
-    string, model a string or None, ids lowercase hex, no other keys). A seventh of ``validate``'s cost;
-    ``validate`` stays the judge: whatever this does not accept goes to it, and it words the problems."""
-    e2e = r["e2e_s"]
-    if (type(e2e) is not float or not 0.0 <= e2e <= (r["end_ns"] - r["start_ns"]) / NS + _SLACK_S
-            or len(r["trace_id"]) != 32 or r["trace_id"] == _ZERO_TRACE_ID
-            or not r["model"] or r["track"] not in A.TRACKS or r["finish_reason"] not in FINISH_REASONS):
-        return False
-    span_id = r["span_id"]
-    if span_id and (len(span_id) != 16 or span_id == _ZERO_SPAN_ID):
-        return False
-    limit = e2e + _SLACK_S
-    for name in ("ttft_s", "queue_s", "prefill_s", "decode_s"):
-        value = r[name]
-        if value is not None and not (type(value) is float and 0.0 <= value <= limit):
-            return False
-    low = 0.0  # itl percentiles: each finite, non-negative, and none below the one before
-    for name in ("itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_max_s"):
-        value = r[name]
-        if value is not None:
-            if not (type(value) is float and low <= value < _INF):
-                return False
-            low = value
-    mean, count, tokens_in, tokens_out, cached = (r["itl_mean_s"], r["itl_count"], r["tokens_in"],
-                                                  r["tokens_out"], r["tokens_cached"])
-    if mean is not None and not (type(mean) is float and 0.0 <= mean < _INF):
-        return False
-    if not (type(count) is int and type(tokens_in) is int and type(tokens_out) is int and type(cached) is int
-            and count >= 0 and tokens_out >= 0 and 0 <= cached <= tokens_in):
-        return False
-    if (count > 0 and mean is None) or (tokens_out > 0 and r["ttft_s"] is None):
-        return False
-    error = r["error_type"]
-    return error is None or (type(error) is str and error != "")
 
 
 def _record_fields(span: Span, source: str, attrs: Mapping[str, AnyValue], resource: dict[str, Any],
@@ -300,7 +268,7 @@ def _record_fields(span: Span, source: str, attrs: Mapping[str, AnyValue], resou
     record = _RECORD_TEMPLATE.copy()
     record.update(fields)
     record.update(trace_id=span.trace_id.hex(), span_id=span.span_id.hex(), start_ns=start, end_ns=end)
-    if _surely_valid(record):
+    if surely_valid(record):
         return record
     return validate(record) or record
 

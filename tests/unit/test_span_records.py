@@ -18,7 +18,7 @@ from infersight.flink_jobs.normalize import span_records as S
 from infersight.flink_jobs.normalize.core import normalize
 from infersight.flink_jobs.normalize.otlp_spans import TracesView, any_value
 from infersight.schemas import attributes as A
-from infersight.schemas.records import RECORD_FIELDS, RequestRecord, validate
+from infersight.schemas.records import RECORD_FIELDS, RequestRecord, surely_valid, validate
 from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS
 from tests.bad_telemetry import NOW, OK, make_payload, make_span
 from tests.support.sample_requests import sample_records
@@ -122,19 +122,19 @@ _EDGES = {
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_cheap_validity_check_never_passes_what_validate_rejects(seed):
-    """``_surely_valid`` may send a good record on to ``validate`` but never wave a bad one through. (Only
-    fields it may find off: times and region are checked before it runs.)"""
+    """``records.surely_valid`` (the decoder's fast path) may send a good record on to ``validate`` but never
+    wave a bad one through. (Only fields it may find off: times and region are checked before it runs.)"""
     passed = 0
     for record in sample_records(40, NOW - 10**10, 5.0, seed=seed):
         base = record.to_dict()
-        assert S._surely_valid(base) and validate(base) == []  # the common case takes the fast path
+        assert surely_valid(base) and validate(base) == []  # the common case takes the fast path
         for name, values in _EDGES.items():
             for value in values:
                 for other in (None, "ttft_s", "itl_count", "itl_p90_s"):  # one or two fields off
                     r = {**base, name: value}
                     if other is not None and other != name:
                         r[other] = _EDGES[other][(seed + len(name)) % len(_EDGES[other])]
-                    if S._surely_valid(r):
+                    if surely_valid(r):
                         assert validate(r) == [], r
                         passed += 1
     assert passed > 0
