@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.results_file import save_results
+from infersight.schemas.units import NS
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "jobs.json"
@@ -34,7 +35,6 @@ PER_MESSAGE = 50  # request spans per Kafka message, as a gateway batches them
 BATCH_REQUESTS = 100  # requests per OTLP export in the decision figures
 SAMPLE_EVERY_S = 2.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-NS = 1_000_000_000
 
 
 # ---- decision figures (offline) ----------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.spec import Entry, Instrument, Kind, Source
+from infersight.schemas.units import NS
 
 # --- Triton's span event names (OpenTelemetry trace mode, TIMESTAMPS level) ---
 REQUEST_START = "REQUEST_START"
@@ -191,7 +192,7 @@ def stage_durations(events: Iterable[Any]) -> StageTimings:
             if delta < 0:
                 problems.append(f"{stage}: {end} is {-delta} ns before {start}")
             else:
-                durations[stage] = delta / 1e9
+                durations[stage] = delta / NS
     if {"request", "queue", "compute"} <= durations.keys():
         overhead = durations["request"] - durations["queue"] - durations["compute"]
         if overhead >= 0:
