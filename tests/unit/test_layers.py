@@ -62,6 +62,13 @@ def wrong_way_imports() -> list[str]:
     return bad
 
 
+def test_every_component_has_a_layer():
+    """A component added to pyproject.toml's package-dir must take its place here too."""
+    from tests.unit.test_packaging import COMPONENTS as PACKAGED
+
+    assert set(PACKAGED) | {TOP} == set(ALLOWED)
+
+
 def test_imports_run_one_way():
     bad = wrong_way_imports()
     assert not bad, "imports against the layering:\n" + "\n".join(bad)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-COMPONENTS = ("schemas", "instrumentation", "collectors", "flink_jobs", "dashboards", "stack")
+# The components as pyproject.toml maps them (infersight.<component> -> its top-level folder): one list.
+COMPONENTS = tuple(name.split(".", 1)[1] for name in tomllib.loads((REPO / "pyproject.toml").read_text())
+                   ["tool"]["setuptools"]["package-dir"] if name != "infersight")
 
 
 @pytest.fixture(scope="module")
