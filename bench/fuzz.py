@@ -38,7 +38,9 @@ atheris' ``FuzzedDataProvider``: a finding's bytes then replay identically in th
 without atheris.
 
 Results: ``bench/results/fuzz.json`` (``bench.results_file.save_results``). Run from a clean checkout of a
-commit (``git worktree add``) so the recorded commit is the code that was fuzzed.
+commit (``git worktree add``; with an editable install, put a folder on ``PYTHONPATH`` whose ``infersight``
+links the checkout's component folders, as ``pyproject.toml``'s package-dir maps them) so the recorded
+commit is the code that was fuzzed.
 """
 
 from __future__ import annotations
@@ -608,7 +610,7 @@ def _where(exc: BaseException) -> tuple[str, str]:
     ``path:line function``."""
     inner = ours = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
-        path = Path(frame.f_code.co_filename)
+        path = Path(frame.f_code.co_filename).resolve()  # a run from a clean checkout may import via links
         inner = (path, line, frame.f_code.co_name)
         if path.is_relative_to(ROOT) and not any(path.is_relative_to(p) for p in _OUTSIDE):
             ours = inner
