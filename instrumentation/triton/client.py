@@ -81,13 +81,16 @@ def trace_headers(headers: Any = None, context: Any = None) -> dict:
     return out
 
 
+# Keyed by the plain function, never the bound method the wrapper is given: a bound method as key would keep
+# every client instance (and its gRPC channel) alive for the life of the process.
 _SIGNATURES: dict[Any, inspect.Signature] = {}
 
 
 def _bind(wrapped: Any, args: tuple, kwargs: dict) -> inspect.BoundArguments:
-    sig = _SIGNATURES.get(wrapped)
+    key = getattr(wrapped, "__func__", wrapped)
+    sig = _SIGNATURES.get(key)
     if sig is None:
-        sig = _SIGNATURES[wrapped] = inspect.signature(wrapped)
+        sig = _SIGNATURES[key] = inspect.signature(wrapped)  # a bound method's: without self
     return sig.bind(*args, **kwargs)
 
 

@@ -4,7 +4,9 @@ the traceparent Triton would receive is the client span's context, and uninstrum
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -101,7 +103,10 @@ def test_grpc_infer_sends_the_client_span_in_metadata(servers, traced):
     assert span.attributes[T.RPC_METHOD] == "ModelInfer"
     assert span.attributes[T.SERVER_PORT] == grpc_server.port
     client.close()
+    gone = weakref.ref(client)
     del client  # tritonclient closes again in __del__; do it while grpc is still loaded
+    gc.collect()
+    assert gone() is None, "the instrumentation keeps a client alive after its last use"
 
 
 def test_errors_mark_the_span_and_still_raise(servers, traced):
