@@ -36,7 +36,8 @@ from pathlib import Path
 
 from bench.results_file import git_commit, save_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "overhead.json"
 CONFIGS = ("plain", "instrumented", "vllm_tracing")
 
 
@@ -65,8 +66,9 @@ class TimedLogger:
 
 
 def start_sink() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "infersight.instrumentation.vllm_adapter.sink", "0"],
-                            stdout=subprocess.PIPE, text=True)
+    # The sink is a test helper (tests/support), importable from the repository root.
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.otlp_sink", "0"],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
     port = int(proc.stdout.readline().strip())
     return proc, f"http://127.0.0.1:{port}"
 

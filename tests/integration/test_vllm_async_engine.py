@@ -35,8 +35,8 @@ SHARED_PREFIX = " ".join(["the quick brown fox jumps over the lazy dog in the no
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     from infersight.instrumentation.vllm_adapter.engine import apply_env, engine_env, start_async_llm
-    from infersight.instrumentation.vllm_adapter.sink import OtlpSink
     from infersight.instrumentation.vllm_adapter.tiny_model import build_tiny_model
+    from tests.support.otlp_sink import OtlpSink
 
     saved_env = dict(os.environ)
     scratch = tmp_path_factory.mktemp("vllm-async")

@@ -1,2 +1,3 @@
 """Test-only helpers shared by the tests and the benchmarks: synthetic request records, their OTLP
-encoding, and a minimal Flink job (``span_tap``) for the first-slice test."""
+encoding, a minimal Flink job (``span_tap``) for the first-slice test, and an OTLP/gRPC receiver
+(``otlp_sink``) for tests and benchmarks that need an endpoint without the stack."""

@@ -28,7 +28,7 @@ from opentelemetry.trace.span import TraceState
 from infersight.instrumentation import Instrumentation, Settings
 from infersight.instrumentation.otlp import OTLPSpanExporter
 from infersight.instrumentation.otlp_encoder import encode_spans
-from infersight.instrumentation.vllm_adapter.sink import OtlpSink
+from tests.support.otlp_sink import OtlpSink
 
 ATTRIBUTES = {"s": "text", "empty": "", "unicode": "größe ✓", "t": True, "f": False, "i": 42, "zero": 0,
               "neg": -7, "big": 2**62, "x": 0.25, "nan_free": -1e300, "strs": ("a", "b"), "ints": [1, -2, 3],

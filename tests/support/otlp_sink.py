@@ -1,6 +1,7 @@
 """A minimal OTLP/gRPC receiver that accepts and counts spans and metric exports, for benchmarks and tests
 that need a real endpoint without the collector stack. Run in-process (``OtlpSink().start()``) or as a
-subprocess (``python -m infersight.instrumentation.vllm_adapter.sink PORT``) to keep its CPU apart."""
+subprocess (``python -m tests.support.otlp_sink PORT``, from the repository root) to keep its CPU apart.
+Test-only: it does not ship in the wheel."""
 
 from __future__ import annotations
 
