@@ -16,6 +16,7 @@ from pathlib import Path
 
 from infersight.stack import flink_config, paths
 from infersight.stack.ports import PortPlan
+from infersight.stack.security import TransportSecurity, write_private
 
 REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
 GATEWAY_MEMORY_LIMIT_MIB = 256
@@ -65,9 +66,12 @@ def http_json(url: str, timeout: float = 1.0) -> dict | None:
 class StackLayout:
     """Paths and commands of one stack, derived from its state folder and port plan."""
 
-    def __init__(self, state_dir: Path, ports: PortPlan, regions: tuple[str, ...] = REGIONS) -> None:
+    def __init__(self, state_dir: Path, ports: PortPlan, regions: tuple[str, ...] = REGIONS,
+                 security: TransportSecurity | None = None) -> None:
         if len(regions) != len(ports.gateways):
             raise ValueError("one gateway port set per region")
+        # TLS/SASL settings (stack/security.py): from INFERSIGHT_TLS_DIR, INFERSIGHT_KAFKA_SASL_*; default none.
+        self.security = security if security is not None else TransportSecurity.from_env()
         self.state_dir = state_dir
         self.ports = ports
         self.regions = regions
@@ -92,7 +96,8 @@ class StackLayout:
 
     def otlp_endpoint(self, region: str, protocol: str = "grpc") -> str:
         g = self.ports.gateways[self.regions.index(region)]
-        return f"http://{self.host}:{g.otlp_grpc if protocol == 'grpc' else g.otlp_http}"
+        scheme = "https" if self.security.otlp_tls else "http"
+        return f"{scheme}://{self.host}:{g.otlp_grpc if protocol == 'grpc' else g.otlp_http}"
 
     @property
     def flink_conf_dir(self) -> Path:
@@ -131,7 +136,15 @@ class StackLayout:
                 f"controller.quorum.bootstrap.servers={self.host}:{self.ports.kafka_controller}",
                 f"log.dirs={data}",
             ]
+            if self.security.kafka_sasl:  # the client listener becomes SASL_SSL (stack/security.py)
+                keystore = write_private(conf.parent / "keystore.pem", self.security.keystore_pem())
+                overrides[:2] = self.security.broker_overrides(self.host, self.ports.kafka,
+                                                               self.ports.kafka_controller, keystore)
             conf.write_text(base + "\n# native stack overrides\n" + "\n".join(overrides) + "\n")
+            if self.security.kafka_sasl:
+                conf.chmod(0o600)  # it holds the broker's SASL password
+            scram = self.security.scram_format_args()
+            _check_scram_user(self.security, data, conf.parent / "scram-user.sha256")
             if not (data / "meta.properties").exists():
                 cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
                 subprocess.run(
@@ -140,16 +153,18 @@ class StackLayout:
                     # recovery with the epoch it snapshotted, which V2 (an epoch bump per commit) answers with
                     # ProducerFencedException for those already committed: logged as possible data loss.
                     [java, *jvm, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
-                     f"--cluster-id={cluster_id}", "--feature", "transaction.version=1", "-c", str(conf)],
+                     f"--cluster-id={cluster_id}", "--feature", "transaction.version=1", "-c", str(conf), *scram],
                     check=True, capture_output=True, text=True,
                 )
+                if scram:  # which SASL user this storage holds (SCRAM users are created at format time)
+                    write_private(conf.parent / "scram-user.sha256", self.security.credential_fingerprint())
 
         return Component(
             name="kafka",
             argv=[java, *jvm, "-cp", classpath, "kafka.Kafka", str(conf)],
             log=self.logs / "kafka.log",
             ports={"broker": self.ports.kafka, "controller": self.ports.kafka_controller},
-            healthy=lambda: kafka_ready(self.kafka_bootstrap),
+            healthy=lambda: kafka_ready(self.kafka_bootstrap, security=self.security),
             prepare=prepare,
         )
 
@@ -173,9 +188,12 @@ class StackLayout:
 
     def _collector(self, name: str, config: str, health: int, telemetry: int, ports: dict[str, int],
                    env: dict[str, str]) -> Component:
+        # TLS/SASL overlays merge after the base config, only when configured (stack/security.py).
+        overlays = self.security.collector_overlays("gateway" if config == "gateway.yaml" else "sink")
         return Component(
             name=name,
-            argv=[str(paths.otelcol_binary()), f"--config={paths.collector_config(config)}"],
+            argv=[str(paths.otelcol_binary()),
+                  *(f"--config={paths.collector_config(c)}" for c in (config, *overlays))],
             log=self.logs / f"{name}.log",
             ports={**ports, "health": health, "telemetry": telemetry},
             healthy=lambda: http_ok(f"http://{self.host}:{health}/"),
@@ -184,6 +202,7 @@ class StackLayout:
                 "INFERSIGHT_HEALTH_ENDPOINT": f"{self.host}:{health}",
                 "INFERSIGHT_TELEMETRY_HOST": self.host,
                 "INFERSIGHT_TELEMETRY_PORT": str(telemetry),
+                **self.security.collector_env(),
                 **env,
             },
         )
@@ -308,6 +327,20 @@ class StackLayout:
             healthy=registered,
             env=self._flink_env(),
         )
+
+
+def _check_scram_user(security: TransportSecurity, data: Path, marker: Path) -> None:
+    """Kafka creates SCRAM users only when it formats its storage: refuse to start an already formatted broker
+    whose storage does not hold the configured SASL user, naming the fix."""
+    if not security.kafka_sasl or not (data / "meta.properties").exists():
+        return
+    if not marker.exists() or marker.read_text().strip() != security.credential_fingerprint():
+        from infersight.stack.errors import StackError
+
+        raise StackError(f"this stack's Kafka storage ({data}) was formatted without the SASL user "
+                         f"{security.sasl_user!r} and this password",
+                         "`infersight down --wipe`, then start again: Kafka creates SCRAM users when it formats its "
+                         "storage")
 
 
 def _java() -> str:

@@ -13,8 +13,10 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from infersight.flink_jobs.common.kafka_io import KAFKA_PROPERTIES_ENV
 from infersight.stack import paths
 from infersight.stack.errors import StackError
+from infersight.stack.security import java_properties_text, write_private
 
 # job name (as the job sets it) -> module; order matters: normalize feeds the other two.
 JOBS = {
@@ -54,12 +56,22 @@ def submit(layout, module: str, args: list[str], timeout_s: float = 180, restore
     env = dict(os.environ)
     if hasattr(layout, "flink_conf_dir"):  # native stack: its client config and log folder
         env.update(FLINK_CONF_DIR=str(layout.flink_conf_dir), FLINK_LOG_DIR=str(layout.logs / "flink"))
+    security = getattr(layout, "security", None)
+    if security is not None and security.kafka_sasl:  # the jobs' Kafka clients: TLS + SASL (stack/security.py)
+        env[KAFKA_PROPERTIES_ENV] = str(kafka_client_properties_file(layout))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     match = re.search(r"JobID ([0-9a-f]{32})", proc.stdout + proc.stderr)
     if proc.returncode != 0 or not match:
         raise StackError(f"submitting {module} to Flink failed:\n{(proc.stdout + proc.stderr)[-2000:]}",
                          f"check the Flink logs in {layout.logs}")
     return match.group(1)
+
+
+def kafka_client_properties_file(layout) -> Path:
+    """The jobs' Kafka security properties (for the connector's relocated client), written into the stack's
+    state folder readable by its owner only; a job reads it when it is built (``flink_jobs.common.kafka_io``)."""
+    props = layout.security.java_client_properties(shaded=True)
+    return write_private(layout.state_dir / "security" / "flink-kafka-client.properties", java_properties_text(props))
 
 
 def _job(layout, job_id: str) -> dict:

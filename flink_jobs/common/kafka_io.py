@@ -1,7 +1,48 @@
 """Kafka sources and sinks shared by the jobs: sources read committed records from the group's offsets,
-sinks are transactional (exactly-once with checkpoints) by default."""
+sinks are transactional (exactly-once with checkpoints) by default.
+
+Client security (TLS, SASL) is deployment configuration, not code: when ``INFERSIGHT_KAFKA_PROPERTIES`` names
+a Java properties file (``security.protocol=SASL_SSL``, ``sasl.mechanism``, ``sasl.jaas.config``,
+``ssl.truststore.*``...), every source and sink a job builds gets those properties (read when the job is built,
+in the client that submits it; the stack writes the file, see ``infersight.stack.security``)."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+KAFKA_PROPERTIES_ENV = "INFERSIGHT_KAFKA_PROPERTIES"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """``key=value`` (or ``key: value``) lines of a Java properties file; ``#``/``!`` comments and blank lines
+    skipped. No line continuations or escapes: one property per line."""
+    props = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if cut < 0:
+            raise ValueError(f"not a key=value line in a Kafka properties file: {raw!r}")
+        props[line[:cut].strip()] = line[cut + 1:].strip()
+    return props
+
+
+def client_properties(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The extra Kafka client properties of this deployment (``INFERSIGHT_KAFKA_PROPERTIES``); none if unset."""
+    path = (os.environ if environ is None else environ).get(KAFKA_PROPERTIES_ENV, "").strip()
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return parse_properties(f.read())
+
+
+def sql_client_options(properties: Mapping[str, str] | None = None) -> str:
+    """The same properties as options of a SQL Kafka table (``'properties.<key>' = '<value>'``), each preceded by
+    a comma, to append inside its WITH clause; empty when there are none."""
+    props = client_properties() if properties is None else properties
+    return "".join(f",\n'properties.{k}' = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in props.items())
 
 
 def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None):
@@ -11,11 +52,14 @@ def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None):
     from pyflink.common.serialization import SimpleStringSchema
     from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaSource
 
-    return (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
-            .set_group_id(group_id)
-            .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
-            .set_property("isolation.level", "read_committed")  # only committed upstream output
-            .set_value_only_deserializer(value_schema or SimpleStringSchema()).build())
+    builder = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
+               .set_group_id(group_id)
+               .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+               .set_property("isolation.level", "read_committed")  # only committed upstream output
+               .set_value_only_deserializer(value_schema or SimpleStringSchema()))
+    for key, value in client_properties().items():
+        builder.set_property(key, value)
+    return builder.build()
 
 
 def event_time(out_of_orderness_s: float, idle_s: float):
@@ -48,6 +92,8 @@ def kafka_sink(brokers: str, topic: str, deployment: str, value_schema=None, exa
         # its whole payload). The broker's message.max.bytes (8 MiB) bounds the compressed batch.
         .set_property("max.request.size", "8388608")
     )
+    for key, value in client_properties().items():
+        builder.set_property(key, value)
     if exactly_once:
         return (builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
                 .set_transactional_id_prefix(f"{deployment}-{topic}").build())

@@ -23,7 +23,7 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
     from pyflink.datastream import OutputTag
     from pyflink.table import StreamTableEnvironment
 
-    from infersight.flink_jobs.common.kafka_io import kafka_sink
+    from infersight.flink_jobs.common.kafka_io import kafka_sink, sql_client_options
     from infersight.flink_jobs.normalize import functions as F
 
     t_env = StreamTableEnvironment.create(env)
@@ -41,7 +41,7 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
             'properties.isolation.level' = 'read_committed',
             'scan.startup.mode' = 'group-offsets',
             'properties.auto.offset.reset' = 'earliest',
-            'format' = 'raw'
+            'format' = 'raw'{sql_client_options()}
         )""")
     rows = t_env.to_data_stream(t_env.from_path("otlp_in"))
 
