@@ -2,7 +2,8 @@
 at test time; the gateway's OTLP receivers (mutual TLS) refuse a client without a certificate, with one from
 another CA, or without TLS, and take a pod's export configured the standard way (``OTEL_EXPORTER_OTLP_*``);
 what it takes reaches Kafka over SASL_SSL; Kafka refuses clients without TLS, without SASL or with a wrong
-password; the Flink jobs' Kafka sink, with the properties file the stack hands the jobs, gets through."""
+password; the sink collector joins its consumer group over SASL_SSL; the Flink jobs' Kafka sink, with the
+properties file the stack hands the jobs, gets through; every socket stays on loopback."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from infersight.stack.kafka_admin import ensure_topics
 from infersight.stack.ports import PortPlan
 from infersight.stack.security import TransportSecurity
 from infersight.stack.supervisor import Stack
+from tests.integration.test_stack_lifecycle import listening_sockets
 from tests.support.tls_certs import Pki, make_pki
 
 pytestmark = pytest.mark.integration
@@ -41,8 +43,8 @@ USER, PASSWORD = "infersight-ingest", f"pw+{uuid.uuid4().hex}/="
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
-    """(stack, pki): Kafka and the us-east-1 gateway, started with INFERSIGHT_TLS_DIR and INFERSIGHT_KAFKA_SASL_*
-    set, as a user would."""
+    """(stack, pki): Kafka, the us-east-1 gateway and the sink collector, started with INFERSIGHT_TLS_DIR and
+    INFERSIGHT_KAFKA_SASL_* set, as a user would (no Prometheus: the sink has nothing to write yet)."""
     setup.ensure_all()
     root = tmp_path_factory.mktemp("secure")
     pki = make_pki(root, mutual=True)
@@ -52,7 +54,7 @@ def secure(tmp_path_factory):
     env.setenv("INFERSIGHT_KAFKA_SASL_PASSWORD", PASSWORD)
     stack = Stack(root / "stack", PortPlan.free())
     try:
-        stack.up(only={"kafka", f"gateway-{REGION}"})
+        stack.up(only={"kafka", f"gateway-{REGION}", "sink"})
         yield stack, pki
     finally:
         stack.down(wipe=True)
@@ -211,3 +213,22 @@ def test_the_jobs_kafka_sink_gets_through_with_the_properties_the_stack_hands_th
         return set(values) <= seen
 
     assert consume(kafka_config(stack, **secure_config(pki)), topic.name, both, timeout_s=30)
+
+
+def test_the_sink_collector_joins_its_consumer_group_over_sasl_ssl(secure):
+    stack, pki = secure
+    admin = AdminClient(kafka_config(stack, **secure_config(pki)))
+    deadline = time.monotonic() + 60
+    groups: set[str] = set()
+    while time.monotonic() < deadline and "infersight-sink" not in groups:
+        groups = {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid}
+        time.sleep(1)
+    assert "infersight-sink" in groups
+
+
+def test_every_socket_stays_on_loopback_with_security_on(secure):
+    stack, _ = secure
+    sockets = listening_sockets(list(stack.running_components().values()))
+    assert {stack.layout.ports.kafka, stack.layout.ports.gateways[0].otlp_grpc} <= {port for *_, port in sockets}
+    exposed = [s for s in sockets if s[2] not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")]
+    assert not exposed, f"listening beyond loopback: {exposed}"
