@@ -31,7 +31,10 @@ Targets, and what counts as a crash (besides a hang, a native crash or running o
 A Python exception is recorded once per signature (type and innermost frame in this repository) with the
 input that first raised it, and fuzzing goes on, so one shallow bug does not hide the rest; libFuzzer's own
 findings (timeouts, out-of-memory, native crashes) stop the process, which is restarted for the time left.
-``crashes`` in the results counts both. Every finding becomes a test in ``tests/unit/test_fuzz_regressions.py``.
+A timeout is replayed alone in a fresh process (limit 120 s): on a loaded machine a niced worker can be
+starved past libFuzzer's wall-clock limit, and a timeout that does not reproduce is listed as
+``unreproduced``, not counted. ``crashes`` in the results counts the rest. Every finding becomes a test
+in ``tests/unit/test_fuzz_regressions.py``.
 
 Structured targets read their input through ``Data`` (below), a byte reader in plain Python rather than
 atheris' ``FuzzedDataProvider``: a finding's bytes then replay identically in the unit tests, which run
@@ -691,6 +694,7 @@ class Run:
     corpus: int = 0
     findings: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[str] = field(default_factory=list)
+    unreproduced: list[str] = field(default_factory=list)  # timeouts that ran in time when replayed alone
 
     def summary(self) -> dict[str, Any]:
         crashes = len(self.findings) + len(self.artifacts)
@@ -699,7 +703,7 @@ class Run:
                 "corpus": self.corpus, "restarts": self.restarts,
                 "findings": [{k: f[k] for k in ("signature", "where", "exception", "input_b64")}
                              for f in self.findings],
-                "libfuzzer_artifacts": self.artifacts}
+                "libfuzzer_artifacts": self.artifacts, "unreproduced": self.unreproduced}
 
 
 _EXECUTED = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
@@ -730,7 +734,7 @@ def run_target(name: str, seconds: float, workdir: Path, runs: int | None = None
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) >= 5 and (runs is None or run.executions < runs):
         limit = [] if runs is None else [f"-runs={runs - run.executions}"]
-        args = [f"-max_total_time={int(left)}", *limit, "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
+        args = [f"-max_total_time={int(left)}", *limit, "-print_final_stats=1", "-timeout=60", "-rss_limit_mb=2048",
                 f"-max_len={target.max_len}", f"-artifact_prefix={artifacts}/", f"-dict={dict_file}", str(corpus)]
         log_path = workdir / f"libfuzzer-{run.restarts}.log"
         started = time.monotonic()
@@ -751,11 +755,24 @@ def run_target(name: str, seconds: float, workdir: Path, runs: int | None = None
     if findings_file.exists():
         run.findings = [json.loads(line) for line in findings_file.read_text().splitlines() if line]
     python_crashes = {f"crash-{f['sha1']}" for f in run.findings}
-    run.artifacts = sorted(p.name for p in artifacts.iterdir()
-                           if p.name.split("-")[0] in ("crash", "timeout", "oom", "leak")
-                           and p.name not in python_crashes)
+    for found in sorted(p.name for p in artifacts.iterdir() if p.name not in python_crashes
+                        and p.name.split("-")[0] in ("crash", "timeout", "oom", "leak")):
+        if found.startswith("timeout-") and not _reproduces(name, artifacts / found):
+            run.unreproduced.append(found)
+        else:
+            run.artifacts.append(found)
     run.corpus = sum(1 for _ in corpus.iterdir())
     return run
+
+
+def _reproduces(name: str, artifact: Path) -> bool:
+    """Whether ``artifact`` still fails its target when run alone in a fresh worker (limit 120 s)."""
+    with tempfile.TemporaryDirectory(prefix="infersight-fuzz-replay-") as scratch:
+        (Path(scratch) / "artifacts").mkdir()
+        proc = subprocess.run([sys.executable, "-m", "bench.fuzz", "--worker", name, "--workdir", scratch, "--",
+                               "-timeout=120", "-rss_limit_mb=2048", f"-artifact_prefix={scratch}/", str(artifact)],
+                              cwd=ROOT, capture_output=True, timeout=600, check=False)
+    return proc.returncode != 0
 
 
 def _fuzz_all(names: list[str], seconds: float, runs: int | None, parallel: int, keep: Path | None) -> Iterator[Run]:
