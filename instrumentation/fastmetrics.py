@@ -8,9 +8,11 @@ the points are appended to what the SDK collected, as ordinary ``Histogram`` met
 instrumentation scope, in the temporality the reader asked for. Exporters (OTLP, Prometheus,
 in-memory) see no difference.
 
-The bridge relies on two SDK internals (the provider's measurement consumer and the reader's collect
-callback) of the pinned opentelemetry-sdk version; :func:`bank_for` returns None when they are absent,
-and the caller then falls back to the API instruments.
+The bridge relies on SDK internals (the provider's measurement consumer and its reader storages, the
+readers' collect callback and temporality table, the provider's resource, the SDK's histogram instrument
+class), all present from opentelemetry-sdk 1.27 to the pinned version; :func:`bank_for` checks each by
+feature detection (never by version number) and returns None when one is absent, and the caller then falls
+back to the API instruments.
 """
 
 from __future__ import annotations
@@ -184,14 +186,20 @@ def bank_for(meter_provider: Any, names: Sequence[str], scope_name: str, scope_v
         return None
     consumer = getattr(meter_provider, "_measurement_consumer", None)
     storages = getattr(consumer, "_reader_storages", None)
-    if consumer is None or storages is None or not hasattr(consumer, "collect"):
+    resource = getattr(getattr(meter_provider, "_sdk_config", None), "resource", None)
+    if consumer is None or storages is None or not hasattr(consumer, "collect") or resource is None:
+        return None
+    if not all(hasattr(reader, "_set_collect_callback") for reader in list(storages)):
+        return None
+    try:
+        _sdk_histogram_class()
+    except (ImportError, AttributeError):  # the SDK's histogram class moved: temporality cannot be read
         return None
     with _BANKS_LOCK:
         bank = _BANKS.get(meter_provider)
         if bank is not None:
             return bank
         bank = HistogramBank(names, scope_name, scope_version)
-        resource = meter_provider._sdk_config.resource  # noqa: SLF001
         sdk_collect = consumer.collect
 
         def collect(reader: Any, timeout_millis: float = 10_000) -> Any:

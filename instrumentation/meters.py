@@ -2,39 +2,76 @@
 cumulative counters kept in-process and read by observable callbacks, and server gauges.
 
 Names, units and bucket boundaries come from ``infersight.schemas``; buckets are passed as the
-``explicit_bucket_boundaries_advisory`` of each histogram, and :func:`views` gives the same as SDK
-Views for pipelines that want them explicit.
+``explicit_bucket_boundaries_advisory`` of each histogram (:func:`histogram`; opentelemetry-api 1.30+),
+and :func:`views` gives the same as SDK Views for pipelines that want them explicit (and for older APIs,
+which take no advisory).
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from infersight.schemas import metrics as M
+from infersight.schemas import torch_compile as N
+from infersight.schemas import triton as T
 from infersight.schemas.attributes import ENGINE
 from infersight.schemas.registry import get
+
+_log = logging.getLogger("infersight.instrumentation")
 
 HISTOGRAMS = (M.GEN_AI_SERVER_REQUEST_DURATION, M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
                M.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, M.GEN_AI_CLIENT_TOKEN_USAGE, M.ITL_P99_METRIC,
                M.QUEUE_TIME_METRIC)
+# every histogram the instrumentation creates (the per-request ones, the Triton Python backend's, torch.compile's)
+ALL_HISTOGRAMS = (*HISTOGRAMS, T.TRITON_EXECUTE_DURATION, T.TRITON_EXECUTE_BATCH, N.COMPILE_DURATION,
+                  N.CALL_DURATION)
+_ADVISORY = "explicit_bucket_boundaries_advisory"
+_takes_advisory: dict[type, bool] = {}  # per meter class: does its create_histogram take the advisory?
+
+
+def takes_bucket_advisory(meter: Meter) -> bool:
+    """Whether ``meter.create_histogram`` takes ``explicit_bucket_boundaries_advisory`` (the API's since
+    1.30.0), read from its signature once per meter class."""
+    kind = type(meter)
+    known = _takes_advisory.get(kind)
+    if known is None:
+        try:
+            known = _ADVISORY in inspect.signature(meter.create_histogram).parameters
+        except (TypeError, ValueError):  # no readable signature: do not guess
+            known = False
+        _takes_advisory[kind] = known
+        if not known:
+            _log.info("infersight: this OpenTelemetry API (%s) takes no histogram bucket advisory: our histograms "
+                      "get the MeterProvider's aggregation (pass views=infersight.instrumentation.views() to it for "
+                      "ours; opentelemetry-api 1.30+ needs nothing)", kind.__qualname__)
+    return known
+
+
+def histogram(meter: Meter, name: str, unit: str, description: str, buckets: Sequence[float]):
+    """``meter.create_histogram`` with ``buckets`` as the bucket-boundaries advisory where the API takes one."""
+    if takes_bucket_advisory(meter):
+        return meter.create_histogram(name, unit=unit, description=description,
+                                      explicit_bucket_boundaries_advisory=list(buckets))
+    return meter.create_histogram(name, unit=unit, description=description)
 
 
 def _histogram(meter: Meter, name: str):
     entry = get(name)
-    return meter.create_histogram(name, unit=entry.unit, description=entry.description,
-                                  explicit_bucket_boundaries_advisory=list(entry.buckets))
+    return histogram(meter, name, entry.unit, entry.description, entry.buckets)
 
 
 def views() -> list:
-    """SDK Views fixing the registry's bucket boundaries for every histogram we emit."""
+    """SDK Views fixing the registry's bucket boundaries for every histogram the instrumentation creates."""
     from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
     return [View(instrument_name=name,
                  aggregation=ExplicitBucketHistogramAggregation(boundaries=list(get(name).buckets)))
-            for name in HISTOGRAMS]
+            for name in ALL_HISTOGRAMS]
 
 
 class RequestMetrics:

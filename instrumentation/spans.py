@@ -2,10 +2,13 @@
 the provider's own sampler and id generator decide and name them at request start, and at request end
 finished ``ReadableSpan`` objects go straight to the provider's span processors (a BatchSpanProcessor's
 queue directly), skipping the SDK's live-span machinery (locks, attribute re-validation, per-call context
-handling). This leans on a few internals of the pinned SDK and API (the processor list, the context key of
-the current span, the runtime context's ContextVar); the tests check each against the real packages, and
-without the context key the plain path is used. Any other provider gets the plain API path: real spans
-with explicit start and end times.
+handling). This leans on a few internals of the SDK and API (the processor list, the context key of the current
+span, the runtime context's ContextVar, a BatchSpanProcessor's queue, ReadableSpan's fields); each is
+found by feature detection, never by version number, and where one is missing or differs (older SDKs: the
+supported range starts at 1.27) the public path takes over for that piece: the API's context functions,
+``on_end``, ``ReadableSpan``'s constructor, or, without the context key or the provider's fields, the
+plain path. The tests check each against the real packages and force each fallback. Any other provider
+gets the plain API path: real spans with explicit start and end times.
 
 For a trace the sampler dropped, only the root span is exported, marked ``infersight.record_only`` (the
 request's record: the Flink metrics need every request); with the plain path, nothing.
@@ -59,6 +62,13 @@ _current_context = context_ops()[0]
 _new_object = object.__new__
 
 
+def _batch_emit(processor: Any) -> Callable:
+    """What a BatchSpanProcessor's ``on_end`` hands a sampled span to: its shared batch processor's ``emit``
+    (SDKs since the logs/spans batching was shared), else (older SDKs) ``on_end`` itself."""
+    emit = getattr(getattr(processor, "_batch_processor", None), "emit", None)
+    return emit if callable(emit) else processor.on_end
+
+
 def _readable_span(readable: type, name: str, context: SpanContext, parent: SpanContext | None, resource: Any,
                    attributes: dict, events: Sequence, kind: SpanKind, status: Status, start: int, end: int,
                    scope: Any) -> Any:
@@ -81,6 +91,38 @@ def _readable_span(readable: type, name: str, context: SpanContext, parent: Span
     span._resource = resource
     span._status = status
     return span
+
+
+def _readable_span_public(readable: type, name: str, context: SpanContext, parent: SpanContext | None,
+                          resource: Any, attributes: dict, events: Sequence, kind: SpanKind, status: Status,
+                          start: int, end: int, scope: Any) -> Any:
+    """The same span through ``ReadableSpan``'s own constructor: for an SDK whose fields differ."""
+    return readable(name=name, context=context, parent=parent, resource=resource, attributes=attributes,
+                    events=events, kind=kind, status=status, start_time=start, end_time=end,
+                    instrumentation_scope=scope)
+
+
+_BUILDERS: dict[type, Callable[..., Any]] = {}
+
+
+def readable_builder(readable: type) -> Callable[..., Any]:
+    """``_readable_span`` where the SDK's ``ReadableSpan.__init__`` sets exactly the fields it stores (checked
+    once per class, on a sample span); else ``_readable_span_public``, the constructor (an SDK that renamed
+    or added a field)."""
+    builder = _BUILDERS.get(readable)
+    if builder is None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        # every field set, as the fast path sets them (the constructor replaces a None resource)
+        sample = ("n", SpanContext(1, 2, False, _SAMPLED), SpanContext(1, 3, True, _SAMPLED), Resource.get_empty(),
+                  {"k": "v"}, (), SpanKind.SERVER, _UNSET, 1, 2, InstrumentationScope(SCOPE_NAME, SCOPE_VERSION))
+        try:
+            same = vars(_readable_span(readable, *sample)) == vars(_readable_span_public(readable, *sample))
+        except Exception:  # noqa: BLE001 - a constructor that does not take these: the plain path decides
+            same = False
+        builder = _BUILDERS[readable] = _readable_span if same else _readable_span_public
+    return builder
 
 
 class Root(NamedTuple):
@@ -126,6 +168,7 @@ class _FastPath:
         self._end: Any = self._processor.on_end
         self._scope = InstrumentationScope(SCOPE_NAME, SCOPE_VERSION)
         self._readable = ReadableSpan
+        self._build = readable_builder(ReadableSpan)
         self._event = Event
 
     def _ender(self) -> Any:
@@ -136,8 +179,7 @@ class _FastPath:
         if multi is None or multi._span_processors is self._seen:  # noqa: SLF001
             return self._end
         procs = self._seen = multi._span_processors  # noqa: SLF001
-        enders = tuple(p._batch_processor.emit if type(p) is self._batch else p.on_end  # noqa: SLF001
-                       for p in procs)
+        enders = tuple(_batch_emit(p) if type(p) is self._batch else p.on_end for p in procs)
         if len(enders) == 1:
             self._end = enders[0]
         else:
@@ -179,16 +221,16 @@ class _FastPath:
             attributes.update(root.sampler_attributes)
         status = Status(StatusCode.ERROR, error) if error else _UNSET
         on_end, readable, resource, scope = self._ender(), self._readable, self.resource, self._scope
-        root_sc, event = root.span_context, self._event
+        root_sc, event, build = root.span_context, self._event, self._build
         for stage_name, span_context, s_start, s_end, s_attrs, s_events in stages:
             if s_events:
                 s_events = [event(n, a, t) for n, a, t in s_events]
-            on_end(_readable_span(readable, stage_name, span_context, root_sc, resource, s_attrs, s_events,
-                                  SpanKind.INTERNAL, _UNSET, s_start, s_end, scope))
+            on_end(build(readable, stage_name, span_context, root_sc, resource, s_attrs, s_events,
+                         SpanKind.INTERNAL, _UNSET, s_start, s_end, scope))
         if events:
             events = [event(n, a, t) for n, a, t in events]
-        on_end(_readable_span(readable, name, root_sc, root.parent, resource, attributes, events, SpanKind.SERVER,
-                              status, start, end, scope))
+        on_end(build(readable, name, root_sc, root.parent, resource, attributes, events, SpanKind.SERVER,
+                     status, start, end, scope))
 
 
     def emit_record(self, root: Root, name: str, start: int, end: int, attributes: dict, error: str | None) -> None:
@@ -200,12 +242,12 @@ class _FastPath:
         record_sc = _new_span_context((sc[0], sc[1], False, _SAMPLED, sc[4], sc[5]))  # tuple order, as above
         attributes[RECORD_ONLY] = True
         status = Status(StatusCode.ERROR, error) if error else _UNSET
-        self._ender()(_readable_span(self._readable, name, record_sc, root.parent, self.resource, attributes, (),
-                                     SpanKind.SERVER, status, start, end, self._scope))
+        self._ender()(self._build(self._readable, name, record_sc, root.parent, self.resource, attributes, (),
+                                  SpanKind.SERVER, status, start, end, self._scope))
 
     def emit_child(self, root: Root, name: str, span_context: SpanContext, start: int, end: int,
                    attributes: dict, events: Sequence) -> None:
-        self._ender()(_readable_span(
+        self._ender()(self._build(
             self._readable, name, span_context, root.span_context, self.resource, attributes,
             [self._event(n, a, t) for n, a, t in events], SpanKind.INTERNAL, _UNSET, start, end, self._scope))
 
@@ -276,4 +318,8 @@ def _is_sdk(provider: Any) -> bool:
     except ImportError:  # only the API installed
         return False
     return (isinstance(provider, TracerProvider) and not getattr(provider, "_disabled", False)
-            and _SPAN_KEY is not None and hasattr(provider, "_active_span_processor"))
+            and _SPAN_KEY is not None and all(hasattr(provider, name) for name in _SDK_PROVIDER_FIELDS))
+
+
+# what _FastPath reads from an SDK TracerProvider (without any of them: the plain path)
+_SDK_PROVIDER_FIELDS = ("_active_span_processor", "sampler", "id_generator", "resource")

@@ -15,6 +15,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from infersight.instrumentation.meters import histogram
 from infersight.instrumentation.torch_compile.watcher import SCOPE_NAME, current_watcher
 from infersight.schemas import attributes as A
 from infersight.schemas import torch_compile as N
@@ -31,9 +32,8 @@ class InstrumentedModule:
         self._fn, self.name = fn, name
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(SCOPE_NAME, SCOPE_VERSION)
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(SCOPE_NAME, SCOPE_VERSION)
-        self._hist = meter.create_histogram(N.CALL_DURATION, unit="s",
-                                            description="Latency of one call of a compiled module",
-                                            explicit_bucket_boundaries_advisory=list(N.CALL_BUCKETS))
+        self._hist = histogram(meter, N.CALL_DURATION, "s", "Latency of one call of a compiled module",
+                               N.CALL_BUCKETS)
         self._attrs = {flag: {N.MODULE: name, N.COMPILED_DURING_CALL: flag} for flag in (False, True)}
         self._span_name = f"torch.compile.call {name}"
         self.calls = 0

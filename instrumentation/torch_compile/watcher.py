@@ -25,6 +25,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from infersight.instrumentation.meters import histogram
 from infersight.schemas import attributes as A
 from infersight.schemas import torch_compile as N
 from infersight.schemas.attributes import SCOPE_VERSION
@@ -100,9 +101,8 @@ class CompileWatcher:
         mp = meter_provider or metrics.get_meter_provider()
         self._tracer = tp.get_tracer(SCOPE_NAME, SCOPE_VERSION)
         meter = mp.get_meter(SCOPE_NAME, SCOPE_VERSION)
-        self._duration = meter.create_histogram(N.COMPILE_DURATION, unit="s",
-                                                description="Duration of one Dynamo compile",
-                                                explicit_bucket_boundaries_advisory=list(N.COMPILE_BUCKETS))
+        self._duration = histogram(meter, N.COMPILE_DURATION, "s", "Duration of one Dynamo compile",
+                                   N.COMPILE_BUCKETS)
         self._count = meter.create_counter(N.COMPILES, unit="{compile}", description="Compiles and recompiles")
         self._breaks = meter.create_counter(N.GRAPH_BREAK_COUNT, unit="{break}", description="Graph breaks")
         self._hook = compile_hook

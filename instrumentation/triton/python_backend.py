@@ -40,6 +40,7 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from infersight.instrumentation.config import Settings
+from infersight.instrumentation.meters import histogram
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
 from infersight.schemas.attributes import SCOPE_VERSION
@@ -107,12 +108,10 @@ class _ExecuteTelemetry:
             tp = self._tracer_provider or trace.get_tracer_provider()
             self._tracer = tp.get_tracer(SCOPE_NAME, SCOPE_VERSION)
             meter = (self._meter_provider or metrics.get_meter_provider()).get_meter(SCOPE_NAME, SCOPE_VERSION)
-            self._duration = meter.create_histogram(
-                T.TRITON_EXECUTE_DURATION, unit="s", description="Duration of one Python-backend execute() call",
-                explicit_bucket_boundaries_advisory=list(T.EXECUTE_BUCKETS))
-            self._batch = meter.create_histogram(
-                T.TRITON_EXECUTE_BATCH, unit="{request}", description="Requests per Python-backend execute() call",
-                explicit_bucket_boundaries_advisory=list(T.BATCH_BUCKETS))
+            self._duration = histogram(meter, T.TRITON_EXECUTE_DURATION, "s",
+                                       "Duration of one Python-backend execute() call", T.EXECUTE_BUCKETS)
+            self._batch = histogram(meter, T.TRITON_EXECUTE_BATCH, "{request}",
+                                    "Requests per Python-backend execute() call", T.BATCH_BUCKETS)
         return self._tracer, self._duration, self._batch
 
     def model_for(self, model_self: Any) -> str:

@@ -15,10 +15,13 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 
 from infersight.instrumentation import Instrumentation, Settings, views
 from infersight.instrumentation.gpu import register_gpu_gauges
+from infersight.instrumentation.meters import takes_bucket_advisory
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.registry import histogram_buckets
 from tests.unit.fakes import FakeClock, metric_points
+
+ADVISORY = takes_bucket_advisory(MeterProvider().get_meter("probe"))
 
 
 def make(sampler=ALWAYS_ON, reader=None, meter_provider=None, **kwargs):
@@ -26,7 +29,8 @@ def make(sampler=ALWAYS_ON, reader=None, meter_provider=None, **kwargs):
     tp = TracerProvider(sampler=sampler)
     tp.add_span_processor(SimpleSpanProcessor(exporter))
     reader = reader or InMemoryMetricReader()
-    mp = meter_provider or MeterProvider(metric_readers=[reader])
+    # an API older than 1.30 takes no bucket advisory: the registry's buckets then come from our views
+    mp = meter_provider or MeterProvider(metric_readers=[reader], views=[] if ADVISORY else views())
     clock = FakeClock()
     kwargs.setdefault("settings", Settings(region="us-east-1", track="stable", model_version="v1"))
     inst = Instrumentation(tracer_provider=tp, meter_provider=mp, clock=clock, gpu=False, **kwargs)
@@ -224,9 +228,72 @@ def test_no_nvml_is_one_log_line_and_nothing_else(caplog):
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader])
     with caplog.at_level(logging.INFO, logger="infersight.instrumentation"):
-        assert register_gpu_gauges(mp.get_meter("t"), nvml=Broken()) is False
+        assert register_gpu_gauges(mp.get_meter("t"), nvml=Broken(), find_device=lambda: None) is False
     assert len(caplog.records) == 1 and "NVML" in caplog.records[0].getMessage()
+    assert caplog.records[0].levelno == logging.INFO  # a CPU pod: nothing to warn about
     assert metric_points(reader) == {}
+
+
+def test_nvml_bindings_come_with_the_base_install():
+    import importlib.util
+
+    assert importlib.util.find_spec("pynvml") is not None  # nvidia-ml-py: no extra needed for GPU gauges
+
+
+NVMLError_LibraryNotFound = type("NVMLError_LibraryNotFound", (Exception,), {})  # as pynvml names its errors
+
+
+@pytest.mark.parametrize("failure, cause, fix", [
+    (NVMLError_LibraryNotFound("NVML Shared Library Not Found"), "libnvidia-ml.so.1", "NVIDIA_DRIVER_CAPABILITIES"),
+    (OSError("libnvidia-ml.so.1: cannot open shared object file"), "libnvidia-ml.so.1", "NVIDIA Container Toolkit"),
+    (ImportError("No module named 'pynvml'"), "nvidia-ml-py", "pip install nvidia-ml-py"),
+], ids=["library-not-found", "dlopen", "no-bindings"])
+def test_a_gpu_device_without_nvml_is_one_warning_with_cause_and_fix(caplog, failure, cause, fix):
+    class Broken:
+        def nvmlInit(self):
+            raise failure
+
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader])
+    with caplog.at_level(logging.INFO, logger="infersight.instrumentation"):
+        assert register_gpu_gauges(mp.get_meter("t"), nvml=Broken(), find_device=lambda: "/dev/nvidia0") is False
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING and "/dev/nvidia0" in message
+    assert cause in message and "Fix: " in message and fix in message.split("Fix: ", 1)[1]
+    assert metric_points(reader) == {}
+
+
+def test_without_nvml_bindings_a_gpu_device_is_still_warned_about(caplog, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+    with caplog.at_level(logging.INFO, logger="infersight.instrumentation"):
+        assert register_gpu_gauges(MeterProvider().get_meter("t"), find_device=lambda: "/dev/nvidia3") is False
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "pip install nvidia-ml-py" in record.getMessage()
+
+
+def test_a_gpu_device_that_nvml_does_not_see_is_warned_about(caplog):
+    class NoDevices(FakeNvml):
+        def nvmlDeviceGetCount(self):
+            return 0
+
+    with caplog.at_level(logging.INFO, logger="infersight.instrumentation"):
+        assert register_gpu_gauges(MeterProvider().get_meter("t"), nvml=NoDevices(),
+                                   find_device=lambda: "/dev/nvidia0") is False
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "NVIDIA_VISIBLE_DEVICES" in record.getMessage()
+
+
+def test_gpu_device_nodes_are_found_by_name(tmp_path, monkeypatch):
+    from infersight.instrumentation import gpu
+
+    monkeypatch.setattr(gpu.glob, "glob", lambda pattern: ["/dev/nvidia1", "/dev/nvidia0", "/dev/nvidiactl"]
+                        if pattern.startswith("/dev/nvidia") else [])
+    assert gpu.gpu_device() == "/dev/nvidia0"
+    monkeypatch.setattr(gpu.glob, "glob", lambda pattern: [])
+    assert gpu.gpu_device() is None
 
 
 def test_settings_from_environment(caplog):
