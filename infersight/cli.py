@@ -1,7 +1,10 @@
 """``infersight`` command line: set up, start, inspect and stop the local stack; run the tests.
 
-``bin/infersight`` makes the Python environment and then runs this module, so every command
-can rely on the pipeline extra being installed.
+From a clone, ``bin/infersight`` makes the Python environment (every extra) and then runs this module.
+From ``pip install infersight`` the ``infersight`` script runs it: the base install is a serving pod's
+(OpenTelemetry, no stack), so the stack's commands first check for the ``pipeline`` extra and end with one
+``error:`` line and a ``fix:`` line when it is missing, never a traceback. Every message names commands
+as this installation runs them (``infersight down`` or ``bin/infersight down``: ``infersight.install``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from infersight import install
 from infersight.stack.errors import StackError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +65,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
     stack = _stack(args)
     if not stack.running_components():
-        raise StackError(f"stack '{stack.state_dir.name}' is not running", "start it with `bin/infersight up`")
+        raise StackError(f"stack '{stack.state_dir.name}' is not running", "start it with `infersight up`")
     if args.stop:
         jobs.stop_all(stack.layout)
     else:
@@ -78,7 +82,7 @@ def _print_endpoints(stack) -> None:
     print(f"  Prometheus         {lay.prometheus_url}")
     print(f"  Flink web UI       {lay.flink_rest_url}")
     print(f"  Parquet archive    {stack.state_dir / 'archive'}")
-    print("  stop with `bin/infersight down`; state and logs in", stack.state_dir)
+    print(f"  stop with `{install.command()} down`; state and logs in", stack.state_dir)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -211,17 +215,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the commands that run or prepare the local stack: they need the pipeline extra
+NEEDS_PIPELINE = (cmd_setup, cmd_up, cmd_demo, cmd_simulate, cmd_jobs, cmd_status, cmd_down, cmd_topics,
+                  cmd_flink_node)
+
+
+def check_installed(args: argparse.Namespace, name: str) -> None:
+    """A StackError when this installation cannot run the command: a stack command without the pipeline
+    extra, or the test suite outside a clone (the tests are not in the wheel)."""
+    if args.func is cmd_test and not install.from_clone():
+        raise StackError("`infersight test` runs the test suite of a clone of the repository; a pip install has "
+                         "no tests", "clone the repository and run bin/infersight test in the clone")
+    if args.func in NEEDS_PIPELINE and not install.from_clone():  # a clone's environment has every extra
+        missing = install.missing_extra()
+        if missing:
+            named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise StackError(f"`infersight {name}` runs the local stack, which needs the pipeline extra "
+                             f"({named} not installed)", install.extra_fix())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["test"] and argv[1:2] not in (["-h"], ["--help"]):
-        # Everything after `test` belongs to pytest, options included.
-        args = argparse.Namespace(func=cmd_test, pytest_args=argv[1:])
-    else:
-        args = build_parser().parse_args(argv)
+    name = argv[0] if argv else ""
     try:
+        if argv[:1] == ["test"] and argv[1:2] not in (["-h"], ["--help"]):
+            # Everything after `test` belongs to pytest, options included.
+            args = argparse.Namespace(func=cmd_test, pytest_args=argv[1:])
+        else:
+            args = build_parser().parse_args(argv)
+        name = getattr(args, "command", None) or name
+        check_installed(args, name)
         return int(args.func(args) or 0)
     except StackError as exc:
-        print(f"error: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
+        print(f"error: {install.for_this_install(exc.problem)}\n  fix: {install.for_this_install(exc.fix)}",
+              file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:  # a package of an extra this installation lacks
+        fix = install.extra_fix()
+        print(f"error: `{install.command()} {name}` needs the Python module '{exc.name}', which is not installed\n"
+              f"  fix: {install.for_this_install(fix)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 
+from infersight import install
 from infersight.simulator.fleet import FleetSpec, Perturbation
 
 # The demo's story: a canary regression on the busiest model after 3 minutes, a slow region after 7.
@@ -52,7 +53,7 @@ def simulate(args: argparse.Namespace, stack) -> int:
         if not stack.running_components():
             from infersight.stack.errors import StackError
             raise StackError(f"stack '{stack.state_dir.name}' is not running",
-                             "start it with `bin/infersight up`, or pass --endpoint REGION=HOST:PORT")
+                             "start it with `infersight up`, or pass --endpoint REGION=HOST:PORT")
         endpoints = endpoints_of(stack)
     from infersight.simulator.run import Simulator
 
@@ -127,7 +128,7 @@ def demo(args: argparse.Namespace, stack, deploy, console=None) -> int:
 
         stop_all(stack.layout, log=lambda m: print(m, flush=True))  # savepoints: no Kafka transaction left open
         stack.down()
-        print("[demo] stack stopped (its data is kept; `bin/infersight down --wipe` removes it)")
+        print(f"[demo] stack stopped (its data is kept; `{install.command()} down --wipe` removes it)")
     else:
-        print("[demo] the stack keeps running (`bin/infersight down` stops it)")
+        print(f"[demo] the stack keeps running (`{install.command()} down` stops it)")
     return 0
