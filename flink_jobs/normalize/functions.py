@@ -7,12 +7,11 @@ import time
 from typing import Any
 
 from pyflink.common.watermark_strategy import TimestampAssigner
-from pyflink.datastream import OutputTag, ProcessFunction
-from pyflink.datastream.functions import RuntimeContext
+from pyflink.datastream import ProcessFunction
+from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from infersight.flink_jobs.normalize.core import normalize
 from infersight.flink_jobs.normalize.span_records import TimeBounds
-from infersight.schemas.topics import PODS, REQUESTS
 
 
 class Normalize(ProcessFunction):
@@ -35,16 +34,14 @@ class EventTime(TimestampAssigner):
         return value[2]
 
 
-class Route(ProcessFunction):
-    """Requests to the main output, pod gauges and dead letters to their side outputs (JSON values)."""
+class Select(FlatMapFunction):
+    """The JSON values of one output topic. One per topic rather than side outputs: a Python function's side
+    outputs leave without the element's timestamp (the Kafka sink then stamps the record with the time it
+    was written), and the downstream jobs take their event time from those timestamps."""
 
-    def __init__(self, pods_tag: OutputTag, dlq_tag: OutputTag) -> None:
-        self.pods_tag, self.dlq_tag = pods_tag, dlq_tag
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
 
-    def process_element(self, value: Any, ctx: ProcessFunction.Context):
-        if value[0] == REQUESTS.name:
+    def flat_map(self, value: Any):
+        if value[0] == self.topic:
             yield value[1]
-        elif value[0] == PODS.name:
-            yield self.pods_tag, value[1]
-        else:
-            yield self.dlq_tag, value[1]

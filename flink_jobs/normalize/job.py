@@ -20,7 +20,6 @@ from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, PODS, RE
 
 def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str]) -> None:
     from pyflink.common import Types, WatermarkStrategy
-    from pyflink.datastream import OutputTag
     from pyflink.table import StreamTableEnvironment
 
     from infersight.flink_jobs.common.kafka_io import kafka_sink, sql_client_options
@@ -44,20 +43,14 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
             'format' = 'raw'{sql_client_options()}
         )""")
     rows = t_env.to_data_stream(t_env.from_path("otlp_in"))
-
-    def string_tag(name: str):  # fresh tags for the function: a used one holds a Java handle
-        return OutputTag(name, Types.STRING())
-
     outputs = Types.TUPLE([Types.STRING(), Types.STRING(), Types.LONG()])  # (topic, JSON value, event time ms)
-    route = F.Route(string_tag("pods"), string_tag("dlq"))
     records = (rows.process(F.Normalize(bounds), output_type=outputs)
                .name("normalize")
                # element timestamps = event time; the Kafka sinks write them as the records' timestamps
-               .assign_timestamps_and_watermarks(WatermarkStrategy.no_watermarks().with_timestamp_assigner(F.EventTime()))
-               .process(route, output_type=Types.STRING()).name("route"))
-    records.sink_to(kafka_sink(brokers, REQUESTS.name, group_id)).name(REQUESTS.name)
-    records.get_side_output(string_tag("pods")).sink_to(kafka_sink(brokers, PODS.name, group_id)).name(PODS.name)
-    records.get_side_output(string_tag("dlq")).sink_to(kafka_sink(brokers, DLQ.name, group_id)).name(DLQ.name)
+               .assign_timestamps_and_watermarks(WatermarkStrategy.no_watermarks().with_timestamp_assigner(F.EventTime())))
+    for topic in (REQUESTS, PODS, DLQ):
+        (records.flat_map(F.Select(topic.name), output_type=Types.STRING()).name(f"select-{topic.name}")
+         .sink_to(kafka_sink(brokers, topic.name, group_id)).name(topic.name))
 
 
 def main(argv: list[str] | None = None) -> None:
