@@ -243,13 +243,13 @@ def make_otlp_metrics() -> Callable[[bytes], None]:
         # downstream: what the normaliser writes to infersight.pods, as the metrics job's pod path reads it
         groups, _late = metrics.group_gauges(parse_batch(dump_batch(gauges)), window_ms, -2**63)
         totals = {"gpu_seconds": 0.0, "cost_usd": 0.0, "idle_usd": 0.0}
-        for (region, end_ms), points in groups.items():
+        for (key, end_ms), points in groups.items():  # key: a deployment or one of its roll-ups
             window = metrics.PodWindow.of(points)
-            gpu_s, cost, idle = window.cost(region, window_ms / 1000, pricing)
+            gpu_s, cost, idle = window.cost(window_ms / 1000, pricing)
             totals["gpu_seconds"] += gpu_s
             totals["cost_usd"] += cost
             totals["idle_usd"] += idle
-            metrics.encode_pods(region, end_ms * MS, window, totals, end_ms * MS - window_ms * MS)
+            metrics.encode_pods(key, end_ms * MS, window, totals, end_ms * MS - window_ms * MS)
 
     return check
 

@@ -1,4 +1,5 @@
-"""What the Flink jobs emit: the windowed metric names and labels, and how pod gauges roll up per region.
+"""What the Flink jobs emit: the windowed metric names and labels, and how pod gauges and cost roll up per
+deployment (region, model, model version, track), per region and globally.
 
 Prometheus names follow from the OTLP names by the remote-write translation (dots to underscores, unit
 suffix, ``_total`` on counters): ``gen_ai.server.time_to_first_token`` (s, histogram) becomes
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.prometheus import prometheus_name
 
@@ -26,8 +28,14 @@ DEFAULT_REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
 LABEL_ERROR_TYPE = "error_type"
 LABEL_TOKEN_TYPE = "token_type"  # input, output, cached
 LABEL_QUANTILE = "quantile"
-LABEL_STAT = "stat"  # sum, mean, max of a pod gauge over a region's pods
+LABEL_STAT = "stat"  # sum, mean, min, max of a pod gauge over the pods of a deployment, region or all
 LABEL_GPU_TYPE = "gpu_type"
+# --- pods' gauges and cost: keyed by deployment, and rolled up ---
+# A deployment is a model version on a track in a region (the request series' key without the engine).
+# Roll-ups: region="global" over regions, and model=model_version=track="all" over every deployment, so
+# each window has four levels: a deployment, a region (all deployments), a deployment everywhere, everything.
+DEPLOYMENT_LABELS = (LABEL_REGION, LABEL_MODEL, LABEL_MODEL_VERSION, LABEL_TRACK)
+ALL_DEPLOYMENTS = "all"  # the model, model_version and track of a roll-up over every deployment
 
 # --- cumulative counters (monotonic OTLP sums, one point per window end) ---
 REQUESTS = "infersight.requests"
@@ -40,11 +48,12 @@ WINDOW_ERROR_RATIO = "infersight.window.error.ratio"
 WINDOW_QUANTILE_SUFFIX = ".quantile"  # e.g. gen_ai.server.time_to_first_token.quantile{quantile="0.99"}
 QUANTILES = (0.5, 0.9, 0.99)
 SKETCH_RELATIVE_ACCURACY = 0.005  # DDSketch: every quantile within 0.5 % of the exact value
-# --- cost (per region, per window) ---
-GPU_SECONDS = "infersight.cost.gpu.seconds"            # counter
+# --- cost (per deployment and its roll-ups, per window) ---
+GPU_SECONDS = "infersight.cost.gpu.time"               # counter, s: GPU-seconds paid for
 COST_USD = "infersight.cost.usd"                       # counter
-IDLE_COST_USD = "infersight.cost.idle.usd"             # counter: cost x (1 - GPU utilisation)
+IDLE_COST_USD = "infersight.cost.idle.usd"             # counter: each pod's cost x (1 - its GPU utilisation)
 USD_PER_1M_OUTPUT_TOKENS = "infersight.cost.usd_per_1m_output_tokens"  # gauge per window
+USD = "{USD}"  # the unit of the cost metrics (UCUM has no currency: an annotation; the name says USD)
 
 # The latency distributions of a window: record field -> (OTLP histogram name, bucket boundaries).
 # Each is exported as a cumulative histogram with the semconv / our bounds and as sketch quantiles.
@@ -56,19 +65,32 @@ DISTRIBUTIONS: dict[str, tuple[str, tuple[float, ...]]] = {
     "queue_s": (M.QUEUE_TIME_METRIC, M.QUEUE_BUCKETS),
 }
 
-# Pod gauges -> how a region's value is formed from its pods' values in a window (each pod's last
-# value first). Additive quantities are summed; fractions are averaged (a sum of fractions means
-# nothing) and their max shows the hottest pod; sizes per pod are averaged with a max.
-POD_GAUGE_STATS: dict[str, tuple[str, ...]] = {
-    M.QUEUE_DEPTH: ("sum", "max"),
-    M.REQUESTS_RUNNING: ("sum", "max"),
-    M.KV_CACHE_USAGE: ("mean", "max"),
-    M.BATCH_SIZE: ("mean", "max"),
-    M.HW_GPU_UTILIZATION: ("mean", "min", "max"),
-    M.HW_GPU_MEMORY_USAGE: ("sum", "max"),
-    M.HW_GPU_MEMORY_LIMIT: ("sum",),
-    M.HW_GPU_MEMORY_UTILIZATION: ("mean", "max"),
+
+
+class PodGauge(NamedTuple):
+    """How a pod gauge rolls up: the output's OTLP name and unit, and the stats over the pods' values."""
+
+    name: str
+    unit: str
+    stats: tuple[str, ...]
+
+
+# Pod gauges -> their roll-up over the pods of a deployment (or region, or everything) in a window (each
+# pod's last value first). Additive quantities are summed; fractions are averaged (a sum of fractions
+# means nothing) and their max shows the hottest pod; sizes per pod are averaged with a max. Output names
+# are ``infersight.pods.<what>`` in the pod metric's unit (Prometheus: ``infersight_pods_queue_depth``,
+# ``infersight_pods_kv_cache_usage_ratio``, ``infersight_pods_gpu_memory_usage_bytes``).
+POD_GAUGES: dict[str, PodGauge] = {
+    M.QUEUE_DEPTH: PodGauge("infersight.pods.queue.depth", "{request}", ("sum", "max")),
+    M.REQUESTS_RUNNING: PodGauge("infersight.pods.requests.running", "{request}", ("sum", "max")),
+    M.KV_CACHE_USAGE: PodGauge("infersight.pods.kv_cache.usage", "1", ("mean", "max")),
+    M.BATCH_SIZE: PodGauge("infersight.pods.batch.size", "{request}", ("mean", "max")),
+    M.HW_GPU_UTILIZATION: PodGauge("infersight.pods.gpu.utilization", "1", ("mean", "min", "max")),
+    M.HW_GPU_MEMORY_USAGE: PodGauge("infersight.pods.gpu.memory.usage", "By", ("sum", "max")),
+    M.HW_GPU_MEMORY_LIMIT: PodGauge("infersight.pods.gpu.memory.limit", "By", ("sum",)),
+    M.HW_GPU_MEMORY_UTILIZATION: PodGauge("infersight.pods.gpu.memory.utilization", "1", ("mean", "max")),
 }
+POD_GAUGE_STATS: dict[str, tuple[str, ...]] = {metric: gauge.stats for metric, gauge in POD_GAUGES.items()}
 # Engines' own spellings, read from pods that export them (e.g. a collector scraping vLLM's /metrics).
 POD_GAUGE_ALIASES: dict[str, str] = {
     M.VLLM_NUM_WAITING: M.QUEUE_DEPTH,
@@ -76,11 +98,14 @@ POD_GAUGE_ALIASES: dict[str, str] = {
     M.VLLM_KV_CACHE_USAGE: M.KV_CACHE_USAGE,
     M.TRITON_GPU_UTILIZATION: M.HW_GPU_UTILIZATION,
 }
-REGION_GAUGE_PREFIX = "infersight.region."  # infersight.region.<gauge name>{stat=...}
 
 # --- resource attributes a pod sets for cost (no convention exists for a pod's GPU type/count) ---
 GPU_TYPE_ATTRIBUTE = "infersight.gpu.type"
 GPU_COUNT_ATTRIBUTE = "infersight.gpu.count"
+# The model a pod serves, for its gauges' deployment key: this attribute on the pod's resource (no resource
+# convention exists for it; "" when unset); its model version and track are the resource's
+# ``infersight.model.version`` and ``infersight.deployment.track``, as for its requests.
+POD_MODEL_ATTRIBUTE = A.GEN_AI_REQUEST_MODEL
 
 
 # --- the metrics job's output, as documented (docs/telemetry-reference.md is generated from this) ---
@@ -101,6 +126,9 @@ class MetricOutput(NamedTuple):
 
 
 _KEY = ", ".join(SERIES_LABELS)
+_DEPLOYMENT = ", ".join(DEPLOYMENT_LABELS)
+_LEVELS = (f"per deployment, with roll-ups region=\"{GLOBAL_REGION}\" and "
+           f"model=model_version=track=\"{ALL_DEPLOYMENTS}\"")
 OUTPUTS: tuple[MetricOutput, ...] = (
     MetricOutput(REQUESTS, "counter", "{request}", _KEY,
                  "Requests ended, cumulative per series (region=\"global\": the roll-up)."),
@@ -116,15 +144,17 @@ OUTPUTS: tuple[MetricOutput, ...] = (
       for field, (name, _b) in DISTRIBUTIONS.items()),
     MetricOutput(WINDOW_REQUESTS, "gauge", "{request}", _KEY, "Requests that ended in the window.", per_window=True),
     MetricOutput(WINDOW_ERROR_RATIO, "gauge", "1", _KEY, "Failed / all requests in the window.", per_window=True),
-    *(MetricOutput(REGION_GAUGE_PREFIX + gauge, "gauge", "", f"{LABEL_REGION}, {LABEL_STAT}",
-                   f"Pods' last values rolled up per region: {', '.join(stats)}.", per_window=True)
-      for gauge, stats in POD_GAUGE_STATS.items()),
-    MetricOutput(GPU_SECONDS, "counter", "s", LABEL_REGION,
-                 "GPU-seconds paid for (GPUs of every pod seen x window length)."),
-    MetricOutput(COST_USD, "counter", "", LABEL_REGION, "GPU cost in USD from the pricing file."),
-    MetricOutput(IDLE_COST_USD, "counter", "", LABEL_REGION, "Cost x (1 - mean GPU utilisation): paid for, not used."),
-    MetricOutput(USD_PER_1M_OUTPUT_TOKENS, "gauge", "", LABEL_REGION, "Window cost / output tokens x 1e6.",
-                 per_window=True),
+    *(MetricOutput(gauge.name, "gauge", gauge.unit, f"{_DEPLOYMENT}, {LABEL_STAT}",
+                   f"{metric}: the pods' last values in the window, {', '.join(gauge.stats)}; {_LEVELS}.",
+                   per_window=True)
+      for metric, gauge in POD_GAUGES.items()),
+    MetricOutput(GPU_SECONDS, "counter", "s", _DEPLOYMENT,
+                 f"GPU-seconds paid for (GPUs of every pod seen x window length); {_LEVELS}."),
+    MetricOutput(COST_USD, "counter", USD, _DEPLOYMENT, f"GPU cost in USD from the pricing file; {_LEVELS}."),
+    MetricOutput(IDLE_COST_USD, "counter", USD, _DEPLOYMENT,
+                 f"Each pod's cost x (1 - its mean GPU utilisation): paid for, not used; {_LEVELS}."),
+    MetricOutput(USD_PER_1M_OUTPUT_TOKENS, "gauge", USD, _DEPLOYMENT,
+                 f"Window cost / output tokens x 1e6; {_LEVELS}.", per_window=True),
     MetricOutput(LATE_RECORDS, "counter", "{request}", LABEL_REGION,
                  "Records that missed their window (they go to infersight.late)."),
 )

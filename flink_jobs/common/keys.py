@@ -1,5 +1,6 @@
 """String keys of keyed streams: fields joined by an ASCII unit separator (never in a label value the
-contract allows), and a time in milliseconds appended for per-window (or per-bucket) keys."""
+contract allows), and a time in milliseconds appended for per-window (or per-bucket) keys. Request series
+(``series_key``) and deployments (``deployment_key``: pod gauges and cost) with their roll-ups."""
 
 from __future__ import annotations
 
@@ -42,3 +43,31 @@ def split_timed_key(key: str) -> tuple[str, int]:
     """``timed_key``'s inverse: (key, ms)."""
     head, time_ms = key.rsplit(SEP, 1)
     return head, int(time_ms)
+
+
+# ---- deployments: the key of pod gauges and cost (a request series without its engine) ----
+_ALL = SEP.join((P.ALL_DEPLOYMENTS,) * (len(P.DEPLOYMENT_LABELS) - 1))
+
+
+def deployment_key(record: Mapping[str, Any]) -> str:
+    """A pod gauge point's (or request record's) deployment: region, model, model version, track
+    (``P.DEPLOYMENT_LABELS``, in order; defaults as ``series_key``'s)."""
+    return SEP.join((record["region"], record.get("model") or "", record.get("model_version") or "",
+                     record.get("track") or "stable"))
+
+
+def deployment_of_series(key: str) -> str:
+    """The deployment of a request series key (its engine dropped)."""
+    return key.rsplit(SEP, 1)[0]
+
+
+def deployment_rollups(key: str) -> tuple[str, str, str, str]:
+    """The four keys a deployment's data counts in: itself, its region's roll-up over deployments, the same
+    deployment over regions (``region="global"``), and everything."""
+    region, rest = key.split(SEP, 1)
+    return key, f"{region}{SEP}{_ALL}", f"{P.GLOBAL_REGION}{SEP}{rest}", f"{P.GLOBAL_REGION}{SEP}{_ALL}"
+
+
+def deployment_labels(key: str) -> dict[str, str]:
+    """A deployment key (or a roll-up's) as its metric labels."""
+    return dict(zip(P.DEPLOYMENT_LABELS, key.split(SEP), strict=True))

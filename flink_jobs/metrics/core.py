@@ -1,5 +1,6 @@
-"""The metrics job's pure core: grouping batches by series (or region) and window, what each window result
-becomes as OTLP metrics, pod gauge roll-ups per region, and cost. The Flink wiring is in ``job``."""
+"""The metrics job's pure core: grouping batches by series (or deployment) and window, what each window result
+becomes as OTLP metrics, pod gauge roll-ups and cost per deployment, region and everywhere. The Flink wiring
+is in ``job``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infersight.flink_jobs.common.keys import labels_of, series_key
+from infersight.flink_jobs.common.keys import (
+    deployment_key,
+    deployment_labels,
+    deployment_rollups,
+    labels_of,
+    series_key,
+)
 from infersight.flink_jobs.common.windows import fired, window_end_of_ns
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
 from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats
@@ -43,8 +50,10 @@ def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
 
 def group_gauges(gauges: list[dict[str, Any]], window_ms: int, watermark_ms: int
                  ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], int]:
-    """One batch of pod gauge points -> ``{(region, window end ms): points}`` and how many were late
-    (their window already fired at this watermark: dropped, as a Flink window drops late elements)."""
+    """One batch of pod gauge points -> ``{(deployment key, window end ms): points}``, each point under its
+    deployment and that deployment's roll-ups (``keys.deployment_rollups``: its region, everywhere,
+    everything), and how many points were late (their window already fired at this watermark: dropped, as
+    a Flink window drops late elements)."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late = 0
     for gauge in gauges:
@@ -52,7 +61,8 @@ def group_gauges(gauges: list[dict[str, Any]], window_ms: int, watermark_ms: int
         if fired(end, watermark_ms):
             late += 1
             continue
-        groups.setdefault((gauge["region"], end), []).append(gauge)
+        for key in deployment_rollups(deployment_key(gauge)):
+            groups.setdefault((key, end), []).append(gauge)
     return groups, late
 
 
@@ -124,23 +134,23 @@ class Pricing:
 
 @dataclass(slots=True)
 class PodWindow:
-    """One region's pod gauges in one window: each pod's last value per gauge, and its GPUs."""
+    """The pods of one deployment (or roll-up) in one window: each pod's last value per gauge, and its GPUs.
+    Pods are told apart by region and name (``pod``: the pod, ``pod/hw.id`` for a GPU's gauges)."""
 
-    last: dict[tuple[str, str], tuple[int, float]]  # (metric, pod) -> (time_ns, value)
-    gpus: dict[str, tuple[str, int]]                 # pod -> (gpu type, GPU count)
+    last: dict[tuple[str, str, str], tuple[int, float]]  # (metric, region, pod) -> (time_ns, value)
+    gpus: dict[tuple[str, str], tuple[str, int]]          # (region, pod) -> (gpu type, GPU count)
 
     @classmethod
     def empty(cls) -> PodWindow:
         return cls({}, {})
 
     def add(self, g: dict[str, Any]) -> PodWindow:
-        key = (g["metric"], g["pod"])
+        key = (g["metric"], g["region"], g["pod"])
         seen = self.last.get(key)
         if seen is None or g["time_ns"] >= seen[0]:
             self.last[key] = (g["time_ns"], g["value"])
-        pod = g["pod"].split("/", 1)[0]
         if g.get("gpu_count"):
-            self.gpus[pod] = (g.get("gpu_type") or "", g["gpu_count"])
+            self.gpus[(g["region"], g["pod"].split("/", 1)[0])] = (g.get("gpu_type") or "", g["gpu_count"])
         return self
 
     @classmethod
@@ -158,9 +168,10 @@ class PodWindow:
         self.gpus.update(other.gpus)
         return self
 
-    def region_stats(self) -> dict[str, dict[str, float]]:
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Per gauge, its roll-up stats (``P.POD_GAUGES``) over the pods' last values."""
         by_metric: dict[str, list[float]] = {}
-        for (metric, _pod), (_t, value) in self.last.items():
+        for (metric, _region, _pod), (_t, value) in self.last.items():
             by_metric.setdefault(metric, []).append(value)
         out: dict[str, dict[str, float]] = {}
         for metric, values in by_metric.items():
@@ -168,37 +179,57 @@ class PodWindow:
             out[metric] = {stat: funcs[stat] for stat in P.POD_GAUGE_STATS[metric]}
         return out
 
-    def cost(self, region: str, window_s: float, pricing: Pricing) -> tuple[float, float, float]:
-        """(GPU-seconds, cost $, idle cost $) of the window: every GPU of every pod seen is paid for;
-        the idle share is (1 - the region's mean GPU utilisation), zero when utilisation is unknown."""
-        gpu_seconds = cost = 0.0
-        for gpu_type, count in self.gpus.values():
+    def _utilisation(self) -> dict[tuple[str, str], float]:
+        """(region, pod) -> the mean of its GPUs' last utilisation, clamped to [0, 1]."""
+        per_pod: dict[tuple[str, str], list[float]] = {}
+        for (metric, region, pod), (_t, value) in self.last.items():
+            if metric == M.HW_GPU_UTILIZATION:
+                per_pod.setdefault((region, pod.split("/", 1)[0]), []).append(value)
+        return {pod: min(max(sum(v) / len(v), 0.0), 1.0) for pod, v in per_pod.items()}
+
+    def cost(self, window_s: float, pricing: Pricing) -> tuple[float, float, float]:
+        """(GPU-seconds, cost $, idle cost $) of the window: every GPU of every pod seen is paid for, at its
+        region's price; a pod's idle share is (1 - its mean GPU utilisation), zero when that is unknown."""
+        utilisation = self._utilisation()
+        gpu_seconds = cost = idle = 0.0
+        for (region, pod), (gpu_type, count) in self.gpus.items():
+            pod_cost = count * window_s * pricing.usd_per_gpu_hour(region, gpu_type) / 3600.0
             gpu_seconds += count * window_s
-            cost += count * window_s * pricing.usd_per_gpu_hour(region, gpu_type) / 3600.0
-        util = self.region_stats().get(M.HW_GPU_UTILIZATION, {}).get("mean")
-        idle = cost * (1.0 - min(max(util, 0.0), 1.0)) if util is not None else 0.0
+            cost += pod_cost
+            util = utilisation.get((region, pod))
+            if util is not None:
+                idle += pod_cost * (1.0 - util)
         return gpu_seconds, cost, idle
 
 
-def encode_pods(region: str, window_end_ns: int, pods: PodWindow, cumulative: dict[str, float],
+def merged_pod_windows(windows: Iterable[PodWindow]) -> PodWindow:
+    """One window of a deployment from the partial windows of its batches."""
+    merged = PodWindow.empty()
+    for window in windows:
+        merged.merge(window)
+    return merged
+
+
+def encode_pods(key: str, window_end_ns: int, pods: PodWindow, cumulative: dict[str, float],
                 start_ns: int) -> bytes:
-    """A region's pod gauge roll-up for one window, and its cost counters (cumulative)."""
+    """A deployment's (or roll-up's) pod gauge stats for one window, and its cost counters (cumulative)."""
     batch = MetricsBatch(JOB)
-    labels = {P.LABEL_REGION: region}
-    for metric, stats in sorted(pods.region_stats().items()):
+    labels = deployment_labels(key)
+    for metric, stats in sorted(pods.stats().items()):
+        gauge = P.POD_GAUGES[metric]
         for stat, value in stats.items():
-            batch.gauge(P.REGION_GAUGE_PREFIX + metric, "", {**labels, P.LABEL_STAT: stat}, value, window_end_ns)
+            batch.gauge(gauge.name, gauge.unit, {**labels, P.LABEL_STAT: stat}, value, window_end_ns)
     batch.counter(P.GPU_SECONDS, "s", labels, cumulative["gpu_seconds"], start_ns, window_end_ns)
-    batch.counter(P.COST_USD, "", labels, cumulative["cost_usd"], start_ns, window_end_ns)
-    batch.counter(P.IDLE_COST_USD, "", labels, cumulative["idle_usd"], start_ns, window_end_ns)
+    batch.counter(P.COST_USD, P.USD, labels, cumulative["cost_usd"], start_ns, window_end_ns)
+    batch.counter(P.IDLE_COST_USD, P.USD, labels, cumulative["idle_usd"], start_ns, window_end_ns)
     return batch.serialize()
 
 
-def encode_unit_cost(region: str, window_end_ns: int, cost_usd: float, output_tokens: int) -> bytes | None:
-    """$ per 1M output tokens of a region's window (None without output tokens)."""
+def encode_unit_cost(key: str, window_end_ns: int, cost_usd: float, output_tokens: int) -> bytes | None:
+    """$ per 1M output tokens of a deployment's (or roll-up's) window (None without output tokens)."""
     if output_tokens <= 0 or cost_usd <= 0:  # no priced GPUs seen: no figure rather than a false $0
         return None
     batch = MetricsBatch(JOB)
-    batch.gauge(P.USD_PER_1M_OUTPUT_TOKENS, "", {P.LABEL_REGION: region}, cost_usd / output_tokens * 1e6,
+    batch.gauge(P.USD_PER_1M_OUTPUT_TOKENS, P.USD, deployment_labels(key), cost_usd / output_tokens * 1e6,
                 window_end_ns)
     return batch.serialize()

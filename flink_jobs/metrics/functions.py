@@ -13,7 +13,14 @@ from pyflink.datastream import KeyedProcessFunction, ProcessFunction, ProcessWin
 from pyflink.datastream.functions import AggregateFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
-from infersight.flink_jobs.common.keys import global_key, region_of, split_timed_key, timed_key
+from infersight.flink_jobs.common.keys import (
+    deployment_of_series,
+    deployment_rollups,
+    global_key,
+    region_of,
+    split_timed_key,
+    timed_key,
+)
 from infersight.flink_jobs.metrics import core
 from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats, fact_of, window_of
 from infersight.schemas.records import parse_batch
@@ -44,10 +51,11 @@ class PreAggregate(ProcessFunction):
 
 
 class PreAggregatePods(ProcessFunction):
-    """A batch of pod gauge points (one ``infersight.pods`` message) -> one ``(timed_key(region, window end), window
-    end ms, points)`` per region and window in it. Points whose window has fired are dropped (as a Flink
-    window drops late elements) and counted in the ``late_gauges`` metric. Per batch, not per point:
-    ~1,500 points/s at 10,000 requests/s."""
+    """A batch of pod gauge points (one ``infersight.pods`` message) -> one ``(timed_key(deployment, window end),
+    window end ms, [PodWindow])`` per deployment (and roll-up: ``core.group_gauges``) and window in it. Points
+    whose window has fired are dropped (as a Flink window drops late elements) and counted in the
+    ``late_gauges`` metric. Per batch, not per point: ~1,500 points/s at 10,000 requests/s; each group leaves
+    reduced to its pods' last values."""
 
     def __init__(self, window_ms: int) -> None:
         self.window_ms = window_ms
@@ -59,8 +67,8 @@ class PreAggregatePods(ProcessFunction):
         groups, late = core.group_gauges(parse_batch(value), self.window_ms, ctx.timer_service().current_watermark())
         if late:
             self.late.inc(late)
-        for (region, end_ms), points in groups.items():
-            yield timed_key(region, end_ms), end_ms, points
+        for (key, end_ms), points in groups.items():
+            yield timed_key(key, end_ms), end_ms, [core.PodWindow.of(points)]
 
 
 class WindowGroups(KeyedProcessFunction):
@@ -156,7 +164,8 @@ class CumulateSeries(KeyedProcessFunction):
 
 
 class CumulatePods(KeyedProcessFunction):
-    """Per region: pod gauge roll-up and cumulative cost; also emits ("cost", region, $) for unit cost."""
+    """Per deployment (or roll-up): pod gauge stats and cumulative cost; also emits ("cost", key, $) for unit
+    cost."""
 
     def __init__(self, window_ns: int, pricing: core.Pricing) -> None:
         self.window_ns, self.pricing = window_ns, pricing
@@ -165,20 +174,21 @@ class CumulatePods(KeyedProcessFunction):
         self.totals = runtime_context.get_state(ValueStateDescriptor("cost", Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
-        region, end_ns, pods = value
+        key, end_ns, pods = value
         totals = self.totals.value() or {"gpu_seconds": 0.0, "cost_usd": 0.0, "idle_usd": 0.0,
                                          "start_ns": end_ns - self.window_ns}
-        gpu_s, cost, idle = pods.cost(region, self.window_ns / NS, self.pricing)
+        gpu_s, cost, idle = pods.cost(self.window_ns / NS, self.pricing)
         totals["gpu_seconds"] += gpu_s
         totals["cost_usd"] += cost
         totals["idle_usd"] += idle
         self.totals.update(totals)
-        yield "metrics", region, core.encode_pods(region, end_ns, pods, totals, totals["start_ns"])
-        yield "cost", region, cost
+        yield "metrics", key, core.encode_pods(key, end_ns, pods, totals, totals["start_ns"])
+        yield "cost", key, cost
 
 
 class UnitCost(ProcessWindowFunction):
-    """Joins a region's window cost and output tokens: ``[$, tokens]`` -> $ per 1M output tokens."""
+    """Joins a deployment's (or roll-up's) window cost and output tokens: ``[$, tokens]`` -> $ per 1M output
+    tokens."""
 
     def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
         for cost, tokens in elements:
@@ -224,8 +234,12 @@ class CountLate(KeyedProcessFunction):
         yield core.encode_late(ctx.get_current_key(), count, start_ns, stamp)
 
 
-def output_tokens(t: Any) -> tuple[str, str, float]:
-    return "tokens", region_of(t[0]), float(t[2].tokens["output"])
+def output_tokens(t: Any):
+    """A regional window's output tokens -> ``("tokens", key, n)`` for its deployment and the roll-ups (what the
+    pods' cost of each key is divided by)."""
+    tokens = float(t[2].tokens["output"])
+    for key in deployment_rollups(deployment_of_series(t[0])):
+        yield "tokens", key, tokens
 
 
 def late_series(t: Any):

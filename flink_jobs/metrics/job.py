@@ -6,7 +6,8 @@ and sketches. Watermarks allow bounded out-of-orderness; idle partitions are mar
 not hold windows back; records later than that go to ``infersight.late``, are counted in
 ``infersight.late.records`` and join their series' counters and cumulative histograms (not the
 per-window gauges and quantiles), so totals stay complete through outages that delay data.
-Pod gauges roll up per region per window; cost comes from a pricing file.
+Pod gauges and cost (from a pricing file) roll up per deployment (region, model, model version, track), per
+region over deployments, per deployment over regions and over everything, per window.
 Counters and histograms are cumulative per series (kept in keyed state, so checkpointed), each point
 stamped with its window's end. Sinks are transactional (exactly-once with checkpoints).
 
@@ -71,14 +72,14 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     late_out = (late.key_by(F.late_region, key_type=Types.STRING())
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))
 
-    # ---- pods: region roll-up and cost; unit cost joins cost with output tokens ----
+    # ---- pods: roll-ups per deployment, region and everywhere, and cost; unit cost joins cost with output tokens ----
     pods = source(PODS.name, "pods").process(F.PreAggregatePods(window_ms), output_type=pickled()).name("parse-pods")
     pod_windows = (pods.key_by(F.first, key_type=Types.STRING())
-                   .process(F.WindowGroups(core.PodWindow.of), output_type=pickled()).name("pod-windows"))
+                   .process(F.WindowGroups(core.merged_pod_windows), output_type=pickled()).name("pod-windows"))
     pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
                    .process(F.CumulatePods(window_ns, pricing), output_type=pickled()).name("pod-metrics"))
     pod_out = pod_results.filter(F.is_metrics).map(F.third, output_type=byte_array())
-    tokens = regional.map(F.output_tokens, output_type=pickled())
+    tokens = regional.flat_map(F.output_tokens, output_type=pickled())
     costs = pod_results.filter(F.is_cost)
     unit_out = (costs.union(tokens).key_by(F.second, key_type=Types.STRING()).window(windows())
                 .aggregate(F.SumPair(), F.UnitCost(), accumulator_type=pickled(), output_type=byte_array())

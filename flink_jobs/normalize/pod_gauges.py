@@ -1,4 +1,5 @@
-"""OTLP metrics from pods -> per-pod gauge records (the ones ``schemas.pipeline.POD_GAUGE_STATS`` rolls up).
+"""OTLP metrics from pods -> per-pod gauge records (the ones ``schemas.pipeline.POD_GAUGES`` rolls up), each
+with the pod's deployment: region, model, model version and track.
 
 Pure: no Flink. Other metrics on the topic (the pods' own histograms, counters) are skipped, not
 dead-lettered: the metrics job computes those distributions from request records instead.
@@ -12,8 +13,15 @@ from typing import Any
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from infersight.flink_jobs.normalize.otlp_spans import any_value
+from infersight.flink_jobs.normalize.span_records import MAX_DIMENSION_CHARS
 from infersight.schemas import attributes as A
-from infersight.schemas.pipeline import GPU_COUNT_ATTRIBUTE, GPU_TYPE_ATTRIBUTE, POD_GAUGE_ALIASES, POD_GAUGE_STATS
+from infersight.schemas.pipeline import (
+    GPU_COUNT_ATTRIBUTE,
+    GPU_TYPE_ATTRIBUTE,
+    POD_GAUGE_ALIASES,
+    POD_GAUGE_STATS,
+    POD_MODEL_ATTRIBUTE,
+)
 
 
 def _pod(resource: dict[str, Any]) -> str:
@@ -22,6 +30,29 @@ def _pod(resource: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value
     return str(resource.get(A.SERVICE_NAME) or "unknown")
+
+
+def _dimension(resource: dict[str, Any], key: str, default: str) -> str | None:
+    """A resource attribute that becomes a metric label: a short string (``default`` when absent), or None."""
+    value = resource.get(key)
+    if value is None or value == "":
+        return default
+    return value if isinstance(value, str) and len(value) <= MAX_DIMENSION_CHARS else None
+
+
+def _deployment(resource: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """The pod's model, model version and track (as its requests': version "", track "stable" when unset),
+    and a problem when one is not a short string or the track is not one of the contract's."""
+    dims = {"model": _dimension(resource, POD_MODEL_ATTRIBUTE, ""),
+            "model_version": _dimension(resource, A.MODEL_VERSION, ""),
+            "track": _dimension(resource, A.DEPLOYMENT_TRACK, "stable")}
+    keys = {"model": POD_MODEL_ATTRIBUTE, "model_version": A.MODEL_VERSION, "track": A.DEPLOYMENT_TRACK}
+    for field, value in dims.items():
+        if value is None:
+            return {}, f"{keys[field]}: not a string of at most {MAX_DIMENSION_CHARS} characters on the resource"
+    if dims["track"] not in A.TRACKS:
+        return {}, f"{A.DEPLOYMENT_TRACK}: unknown track {dims['track']!r} (known: {', '.join(A.TRACKS)})"
+    return dims, None  # type: ignore[return-value]
 
 
 def gauges_from_payload(payload: bytes) -> Iterator[dict[str, Any] | str]:
@@ -36,6 +67,7 @@ def gauges_from_payload(payload: bytes) -> Iterator[dict[str, Any] | str]:
         gpu_type = str(resource.get(GPU_TYPE_ATTRIBUTE) or "")
         gpu_count = resource.get(GPU_COUNT_ATTRIBUTE)
         gpu_count = gpu_count if isinstance(gpu_count, int) and not isinstance(gpu_count, bool) else 0
+        deployment, problem = _deployment(resource)
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 name = POD_GAUGE_ALIASES.get(metric.name, metric.name)
@@ -48,12 +80,16 @@ def gauges_from_payload(payload: bytes) -> Iterator[dict[str, Any] | str]:
                 if not isinstance(region, str) or not region:
                     yield f"{A.CLOUD_REGION}: missing on the resource of {metric.name}"
                     continue
+                if problem is not None:
+                    yield f"{problem} ({metric.name})"
+                    continue
                 for point in getattr(metric, kind).data_points:
                     value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
                     if point.time_unix_nano == 0:
                         yield f"{metric.name}: data point without time_unix_nano"
                         continue
                     hw_id = next((any_value(kv.value) for kv in point.attributes if kv.key == A.HW_ID), None)
-                    yield {"region": region, "pod": pod if hw_id is None else f"{pod}/{hw_id}", "metric": name,
+                    yield {"region": region, **deployment, "pod": pod if hw_id is None else f"{pod}/{hw_id}",
+                           "metric": name,
                            "value": float(value), "time_ns": point.time_unix_nano, "gpu_type": gpu_type,
                            "gpu_count": gpu_count, "engine": str(resource.get(A.ENGINE) or "")}

@@ -35,6 +35,43 @@ def produce_requests(bootstrap: str, records: Iterable[RequestRecord], per_messa
     return sent
 
 
+def produce_pod_gauges(bootstrap: str, pods: Iterable[dict[str, Any]], time_ns: int, key: bytes = b"test") -> None:
+    """One OTLP metrics export on ``infersight.otlp.metrics``, as a gateway writes it: per pod (``resource``:
+    its resource attributes; ``gauges``: metric -> value, or a list of per-GPU values, one per ``hw.id``)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from infersight.schemas.attributes import HW_ID
+    from infersight.schemas.topics import OTLP_METRICS
+
+    req = ExportMetricsServiceRequest()
+    for pod in pods:
+        rm = req.resource_metrics.add()
+        for name, value in pod["resource"].items():
+            rm.resource.attributes.append(KeyValue(key=name, value=AnyValue(int_value=value) if isinstance(
+                value, int) else AnyValue(string_value=value)))
+        sm = rm.scope_metrics.add()
+        for name, values in pod["gauges"].items():
+            metric = sm.metrics.add()
+            metric.name = name
+            for hw, value in (enumerate(values) if isinstance(values, list) else [(None, values)]):
+                point = metric.gauge.data_points.add()
+                point.as_double, point.time_unix_nano = float(value), time_ns
+                if hw is not None:
+                    point.attributes.append(KeyValue(key=HW_ID, value=AnyValue(string_value=str(hw))))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(OTLP_METRICS.name, req.SerializeToString(), key=key)
+    assert producer.flush(30) == 0
+
+
+def prom_at(url: str, query: str, at_s: float) -> float | None:
+    """``query``'s value at ``at_s`` (epoch seconds), or None."""
+    resp = requests.get(f"{url}/api/v1/query", params={"query": query, "time": at_s}, timeout=10)
+    resp.raise_for_status()
+    result = resp.json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
 def read_all(bootstrap: str, topic: str, committed: bool = True, idle_s: float = 3.0) -> list[Any]:
     """Every message of ``topic`` now (read_committed by default), until idle_s without news."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4()}",

@@ -23,7 +23,7 @@ from infersight.instrumentation import Instrumentation
 from infersight.schemas import attributes as A
 from infersight.schemas import triton as T
 from infersight.schemas.records import RECORD_FIELDS, RequestRecord, parse_batch
-from infersight.schemas.topics import DLQ, OTLP_REQUESTS, REQUESTS
+from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, REQUESTS
 from tests.bad_telemetry import KINDS, NOW, bad_payload, make_payload, make_span
 from tests.support.otlp_requests import encode_requests
 from tests.support.sample_requests import sample_records
@@ -196,3 +196,40 @@ def test_a_large_batch_leaves_in_messages_of_at_most_max_batch_records_each_stam
     assert sorted(r["trace_id"] for b in batches for r in b) == sorted(r.trace_id for r in records)
     assert [ts for _, _, ts in out] == [max(r["end_ns"] for r in b) // 10**6 for b in batches]
     assert max(len(value.encode()) for _, value, _ in out) < 1_048_576  # the producer's default limit
+
+
+def pod_metrics(resource: dict[str, str | int], value: float = 4.0) -> bytes:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    from infersight.schemas import metrics as M
+
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    for key, v in resource.items():
+        rm.resource.attributes.append(KeyValue(key=key, value=AnyValue(int_value=v) if isinstance(v, int)
+                                               else AnyValue(string_value=v)))
+    metric = rm.scope_metrics.add().metrics.add()
+    metric.name = M.QUEUE_DEPTH
+    point = metric.gauge.data_points.add()
+    point.as_double, point.time_unix_nano = value, time.time_ns()
+    return req.SerializeToString()
+
+
+def test_a_pods_gauges_carry_its_deployment_from_its_resource():
+    from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
+    from infersight.schemas.pipeline import POD_MODEL_ATTRIBUTE
+
+    pod = {A.CLOUD_REGION: "us-east-1", A.K8S_POD_NAME: "p-0", POD_MODEL_ATTRIBUTE: "llama",
+           A.MODEL_VERSION: "v7", A.DEPLOYMENT_TRACK: "canary"}
+    [point] = gauges_from_payload(pod_metrics(pod))
+    assert (point["region"], point["model"], point["model_version"], point["track"]) == \
+        ("us-east-1", "llama", "v7", "canary")
+    bare = {A.CLOUD_REGION: "us-east-1", A.K8S_POD_NAME: "p-0"}  # as its requests': version "", track stable
+    [point] = gauges_from_payload(pod_metrics(bare))
+    assert (point["model"], point["model_version"], point["track"]) == ("", "", "stable")
+    for bad, field in (({A.DEPLOYMENT_TRACK: "beta"}, A.DEPLOYMENT_TRACK), ({POD_MODEL_ATTRIBUTE: "m" * 300},
+                                                                            POD_MODEL_ATTRIBUTE)):
+        [problem] = gauges_from_payload(pod_metrics({**bare, **bad}))
+        assert isinstance(problem, str) and problem.startswith(field)
+        [(topic, value, _ms)] = normalize(OTLP_METRICS.name, 0, 1, pod_metrics({**bare, **bad}), time.time_ns())
+        assert topic == DLQ.name and json.loads(value)["reason"].startswith(field)

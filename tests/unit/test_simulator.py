@@ -230,6 +230,7 @@ def test_pod_gauges_decode_per_pod_and_stop_for_a_downed_pod():
 
 
 def test_a_metrics_export_leaves_normalize_as_gauge_batches_that_roll_up_like_the_points(monkeypatch):
+    from infersight.flink_jobs.common import keys
     from infersight.flink_jobs.metrics import core
     from infersight.flink_jobs.normalize import core as N
     from infersight.schemas.records import parse_batch
@@ -249,10 +250,10 @@ def test_a_metrics_export_leaves_normalize_as_gauge_batches_that_roll_up_like_th
     stamps = [ms for _t, _v, ms in out]
     assert stamps == [max(g["time_ns"] for g in batch) // 1_000_000 for batch in batches]
 
-    # the metrics job's grouping: by region and 10 s window; a window that fired drops its points
+    # the metrics job's grouping: by deployment (and roll-ups) and 10 s window; a window that fired drops its points
     flat = [g for batch in batches for g in batch]
     groups, late = core.group_gauges(flat, 10_000, watermark_ms=0)
-    assert late == 0 and list(groups) == [("us-east-1", 130_000)]
-    assert core.PodWindow.of(groups["us-east-1", 130_000]).region_stats() == \
-        core.PodWindow.of(points).region_stats()
+    region = keys.deployment_rollups(keys.deployment_key(points[0]))[1]  # the region's roll-up
+    assert late == 0 and {end for _key, end in groups} == {130_000} and (region, 130_000) in groups
+    assert core.PodWindow.of(groups[region, 130_000]).stats() == core.PodWindow.of(points).stats()
     assert core.group_gauges(flat, 10_000, watermark_ms=129_999) == ({}, len(flat))

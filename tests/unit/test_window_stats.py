@@ -129,14 +129,81 @@ def test_pod_gauges_roll_up_per_their_meaning_and_cost_follows_the_pricing():
                       "time_ns": START, "gpu_type": "H100", "gpu_count": 2})
     pods.add({"region": "us-east-1", "pod": "a", "metric": M.QUEUE_DEPTH, "value": 1.0, "time_ns": START + 1,
               "gpu_type": "H100", "gpu_count": 2})  # the later value of a gauge wins
-    stats = pods.region_stats()
+    stats = pods.stats()
     assert stats[M.QUEUE_DEPTH] == {"sum": 6.0, "max": 5.0}
     assert stats[M.KV_CACHE_USAGE] == {"mean": pytest.approx(0.6), "max": 0.7}
     pricing = core.Pricing({"default": 1.0, "regions": {"us-east-1": {"H100": 3.6}}})
-    gpu_s, cost, idle = pods.cost("us-east-1", 10.0, pricing)
+    gpu_s, cost, idle = pods.cost(10.0, pricing)
     assert gpu_s == 40.0 and cost == pytest.approx(40 * 3.6 / 3600)
-    assert idle == pytest.approx(cost * (1 - 0.7))
+    assert idle == pytest.approx(cost * (1 - 0.7))  # each pod's cost x its idle share (equal pods: the mean's)
     assert core.Pricing.load(None).usd_per_gpu_hour("nowhere", "X") > 0  # packaged file's default
+
+
+def gauge(region: str, model: str, track: str, pod: str, metric: str, value: float, gpus: int = 1) -> dict:
+    return {"region": region, "model": model, "model_version": "v1", "track": track, "pod": pod, "metric": metric,
+            "value": value, "time_ns": START + 1, "gpu_type": "H100", "gpu_count": gpus, "engine": "vllm"}
+
+
+def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere():
+    from infersight.schemas.prometheus import prometheus_name
+
+    points = [gauge("us-east-1", "llama", "stable", "p1", M.QUEUE_DEPTH, 2.0),
+              gauge("us-east-1", "llama", "canary", "p2", M.QUEUE_DEPTH, 3.0),
+              gauge("eu-west-1", "llama", "stable", "p1", M.QUEUE_DEPTH, 5.0),  # same pod name, other region
+              gauge("eu-west-1", "llama", "stable", "p1/0", M.HW_GPU_UTILIZATION, 0.25, gpus=2),
+              gauge("eu-west-1", "llama", "stable", "p1/1", M.HW_GPU_UTILIZATION, 0.75, gpus=2)]
+    groups, late = core.group_gauges(points, 10_000, watermark_ms=0)
+    assert late == 0
+    by_labels = {tuple(keys.deployment_labels(key).values()): core.PodWindow.of(group)
+                 for (key, _end), group in groups.items()}
+    assert set(by_labels) == {
+        ("us-east-1", "llama", "v1", "stable"), ("us-east-1", "llama", "v1", "canary"),
+        ("eu-west-1", "llama", "v1", "stable"),
+        ("us-east-1", "all", "all", "all"), ("eu-west-1", "all", "all", "all"),  # each region, every deployment
+        ("global", "llama", "v1", "stable"), ("global", "llama", "v1", "canary"),  # each deployment, everywhere
+        ("global", "all", "all", "all")}
+    depth = {labels: w.stats()[M.QUEUE_DEPTH]["sum"] for labels, w in by_labels.items()}
+    assert depth[("us-east-1", "all", "all", "all")] == 5.0
+    assert depth[("global", "llama", "v1", "stable")] == 7.0  # pods are told apart by region
+    assert depth[("global", "all", "all", "all")] == 10.0
+    # cost at every level: each pod at its own region's price; idle from each pod's own utilisation
+    pricing = core.Pricing({"default": 1.0, "regions": {"eu-west-1": {"H100": 3.6}, "us-east-1": {"H100": 7.2}}})
+    gpu_s, cost, idle = by_labels[("global", "all", "all", "all")].cost(10.0, pricing)
+    assert gpu_s == 40.0  # 1 + 1 GPUs in us-east-1, 2 in eu-west-1, 10 s
+    assert cost == pytest.approx((2 * 10 * 7.2 + 2 * 10 * 3.6) / 3600)
+    assert idle == pytest.approx(2 * 10 * 3.6 / 3600 * 0.5)  # only the eu pod reports utilisation (mean 0.5)
+    # what Prometheus gets: one name per gauge (no doubled prefix), deployment labels and the stat
+    key, end = next((k, e) for (k, e) in groups if keys.deployment_labels(k)[P.LABEL_MODEL] == P.ALL_DEPLOYMENTS
+                    and keys.deployment_labels(k)[P.LABEL_REGION] == "eu-west-1")
+    window = core.merged_pod_windows([core.PodWindow.of(groups[key, end][:2]), core.PodWindow.of(groups[key, end][2:])])
+    assert window.stats() == core.PodWindow.of(groups[key, end]).stats()  # partial windows merge to the whole
+    totals = {"gpu_seconds": 20.0, "cost_usd": 0.02, "idle_usd": 0.01}
+    req = ExportMetricsServiceRequest.FromString(core.encode_pods(key, end * 10**6, window, totals, 0))
+    metrics = {m.name: m for m in req.resource_metrics[0].scope_metrics[0].metrics}
+    assert set(metrics) == {P.POD_GAUGES[M.QUEUE_DEPTH].name, P.POD_GAUGES[M.HW_GPU_UTILIZATION].name,
+                            P.GPU_SECONDS, P.COST_USD, P.IDLE_COST_USD}
+    util = metrics[P.POD_GAUGES[M.HW_GPU_UTILIZATION].name]
+    assert prometheus_name(util.name, util.unit, "gauge") == "infersight_pods_gpu_utilization_ratio"
+    assert {kv.key: kv.value.string_value for kv in util.gauge.data_points[0].attributes} == {
+        "region": "eu-west-1", "model": "all", "model_version": "all", "track": "all", "stat": "mean"}
+    assert all(o.prometheus.count("infersight") <= 1 for o in P.OUTPUTS)  # no name says it twice
+    unit = core.encode_unit_cost(key, end * 10**6, 0.5, 1_000_000)
+    point = ExportMetricsServiceRequest.FromString(unit).resource_metrics[0].scope_metrics[0].metrics[0]
+    assert point.gauge.data_points[0].as_double == 0.5 and len(point.gauge.data_points[0].attributes) == 4
+
+
+def test_a_regional_windows_output_tokens_count_for_its_deployment_and_every_roll_up():
+    from infersight.flink_jobs.metrics import functions as F
+
+    series = keys.series_key({"region": "us-east-1", "model": "llama", "model_version": "v1", "track": "canary",
+                              "engine": "vllm"})
+    stats = window_of(records(50))
+    out = list(F.output_tokens((series, 0, stats)))
+    assert [key for _kind, key, _n in out] == list(keys.deployment_rollups(keys.deployment_of_series(series)))
+    assert {tuple(keys.deployment_labels(k).values()) for _, k, _ in out} == {
+        ("us-east-1", "llama", "v1", "canary"), ("us-east-1", "all", "all", "all"),
+        ("global", "llama", "v1", "canary"), ("global", "all", "all", "all")}
+    assert all(kind == "tokens" and n == stats.tokens["output"] for kind, _k, n in out)
 
 
 def test_a_request_delivered_twice_counts_once_in_its_window():
