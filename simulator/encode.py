@@ -15,6 +15,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas import otlp_wire as w
+from infersight.schemas import pipeline as P
 from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas.contract import BY_NAME, ITL_FIELDS
 from infersight.schemas.otlp_wire import SPAN_ATTRIBUTE, field, key_value
@@ -61,6 +62,7 @@ def resource_attributes(pod: Pod) -> dict[str, str | int]:
     """The pod's OTLP resource, as ``instrumentation.config.build_resource`` + the pod's environment set it."""
     return {A.SERVICE_NAME: f"{SERVICE_PREFIX}-{pod.model.name}", A.K8S_POD_NAME: pod.name,
             A.CLOUD_REGION: pod.region.name, A.DEPLOYMENT_TRACK: pod.track, A.MODEL_VERSION: pod.version,
+            P.POD_MODEL_ATTRIBUTE: pod.model.name,  # a pod serves one model: its gauges and cost roll up per model
             A.ENGINE: ENGINE, GPU_TYPE_ATTRIBUTE: pod.region.gpu_type, GPU_COUNT_ATTRIBUTE: pod.model.gpus_per_pod}
 
 

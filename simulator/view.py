@@ -38,10 +38,19 @@ QUERIES = {
     "ttft_p99": _p99("ttft_s"),
     "itl_p99": _p99("itl_p99_s"),
 }
+# The region roll-up of the pod gauges and cost (model=model_version=track="all"): the per-deployment series
+# and the roll-up share the name, so a query without the selector would count each pod twice.
+_REGION_ROLLUP = f'{P.LABEL_MODEL}="{P.ALL_DEPLOYMENTS}"'
+
+
+def _pods(gauge: str, stat: str) -> str:
+    return f'{P.prom(P.POD_GAUGES[gauge].name)}{{{P.LABEL_STAT}="{stat}",{_REGION_ROLLUP}}}'
+
+
 REGION_QUERIES = {
-    "queue": f'sum by ({P.LABEL_REGION}) ({P.prom(P.REGION_GAUGE_PREFIX + M.QUEUE_DEPTH)}{{{P.LABEL_STAT}="sum"}})',
-    "kv": f'max by ({P.LABEL_REGION}) ({P.prom(P.REGION_GAUGE_PREFIX + M.KV_CACHE_USAGE)}{{{P.LABEL_STAT}="mean"}})',
-    "usd_per_1m": f"max by ({P.LABEL_REGION}) ({P.prom(P.USD_PER_1M_OUTPUT_TOKENS)})",
+    "queue": f"sum by ({P.LABEL_REGION}) ({_pods(M.QUEUE_DEPTH, 'sum')})",
+    "kv": f"max by ({P.LABEL_REGION}) ({_pods(M.KV_CACHE_USAGE, 'mean')})",
+    "usd_per_1m": f"max by ({P.LABEL_REGION}) ({P.prom(P.USD_PER_1M_OUTPUT_TOKENS)}{{{_REGION_ROLLUP}}})",
     "freshness_s": f"time() - max by ({P.LABEL_REGION}) (timestamp({_REQS}))",
 }
 

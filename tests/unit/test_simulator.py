@@ -227,6 +227,11 @@ def test_pod_gauges_decode_per_pod_and_stop_for_a_downed_pod():
     gpu = [g for g in points if g["metric"] == "hw.gpu.utilization"]
     assert len(gpu) == sum(fleet.pods[i].model.gpus_per_pod for i in up)
     assert all(0.0 <= g["value"] <= 1.0 for g in gpu)
+    # each gauge names the deployment its pod serves, so gauges and cost roll up per model, version, track
+    by_name = {p.name: p for p in fleet.pods}
+    for g in points:
+        pod = by_name[g["pod"].split("/")[0]]
+        assert (g["model"], g["model_version"], g["track"]) == (pod.model.name, pod.version, pod.track)
 
 
 def test_a_metrics_export_leaves_normalize_as_gauge_batches_that_roll_up_like_the_points(monkeypatch):
