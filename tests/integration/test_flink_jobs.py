@@ -33,6 +33,8 @@ from tests.integration.pipeline_util import (
 )
 from tests.support.sample_requests import sample_records
 
+REQUESTS_TOTAL, WINDOW_REQUESTS, LATE_TOTAL = P.prom(P.REQUESTS), P.prom(P.WINDOW_REQUESTS), P.prom(P.LATE_RECORDS)
+
 pytestmark = pytest.mark.integration
 NS = 1_000_000_000
 WINDOW_S = 10
@@ -135,13 +137,13 @@ def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(job
     selector = f'model="{model}"'
     flusher = Flusher(bootstrap, max(r.end_ns for r in sent))
     wait_until(flushing(flusher, lambda: prom_value(
-        prom_url, f'sum(infersight_requests_total{{{selector},region!="global"}})') == n),
+        prom_url, f'sum({REQUESTS_TOTAL}{{{selector},region!="global"}})') == n),
         300, f"Prometheus to count {n} requests", every_s=5)
     # the roll-up is a window downstream of the regional ones: its counters may come a checkpoint later
     wait_until(flushing(flusher, lambda: prom_value(
-        prom_url, f'sum(infersight_requests_total{{{selector},region="global"}})') == n),
+        prom_url, f'sum({REQUESTS_TOTAL}{{{selector},region="global"}})') == n),
         120, f"Prometheus to count {n} requests in the global roll-up", every_s=5)
-    per_window = prom_value(prom_url, f'sum(sum_over_time(infersight_window_requests{{{selector},'
+    per_window = prom_value(prom_url, f'sum(sum_over_time({WINDOW_REQUESTS}{{{selector},'
                                       f'region!="global"}}[30m]))')
     assert per_window == n  # every window counted once: no loss, no double counting
 
@@ -229,7 +231,7 @@ def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals_when_
     now = time.time_ns()
     [lead] = batch(f"lead-{uuid.uuid4().hex[:6]}", 1, now + 60 * NS, seed=3)
     produce_requests(bootstrap, [lead])
-    before = prom_value(prom_url, "sum(infersight_late_records_total)") or 0.0
+    before = prom_value(prom_url, f"sum({LATE_TOTAL})") or 0.0
     # A lead record a minute ahead moves the watermark only where it lands: normalize's output may land on
     # any partition, and one that keeps getting only old records holds the watermark back (it is
     # never idle). So every poll sends a copy of the lead with a fresh one-minute-old request of one series,
@@ -248,20 +250,20 @@ def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals_when_
         return any(r["trace_id"] in ids for r in request_records(bootstrap, LATE.name))
 
     wait_until(send_then_check, 150, "a late record on infersight.late", every_s=5.0)
-    wait_until(lambda: (prom_value(prom_url, "sum(infersight_late_records_total)") or 0) > before, 120,
+    wait_until(lambda: (prom_value(prom_url, f"sum({LATE_TOTAL})") or 0) > before, 120,
                "the late counter to grow")
     # the series stops: within two windows its totals are shown alone, late requests included
-    total = f'sum(infersight_requests_total{{model="{model}",region!="global"}})'
+    total = f'sum({REQUESTS_TOTAL}{{model="{model}",region!="global"}})'
     wait_until(lambda: prom_value(prom_url, total) == len(sent), 120, f"{len(sent)} requests of {model} in its "
                "counter without a next window")
-    assert prom_value(prom_url, f'sum(infersight_requests_total{{model="{model}",region="global"}})') == len(sent)
+    assert prom_value(prom_url, f'sum({REQUESTS_TOTAL}{{model="{model}",region="global"}})') == len(sent)
     # and a next on-time window after that flush still reaches Prometheus (its samples stay in time order)
     on_time = dataclasses.replace(first, trace_id=uuid.uuid4().hex, span_id=uuid.uuid4().hex[:16],
                                   start_ns=first.start_ns + 130 * NS, end_ns=first.end_ns + 130 * NS)
     produce_requests(bootstrap, [on_time])
     wait_until(flushing(Flusher(bootstrap, on_time.end_ns), lambda: prom_value(prom_url, total) == len(sent) + 1),
                180, f"{len(sent) + 1} requests of {model} in its counter")
-    assert prom_value(prom_url, f'sum(infersight_requests_total{{model="{model}",region="global"}})') == len(sent) + 1
+    assert prom_value(prom_url, f'sum({REQUESTS_TOTAL}{{model="{model}",region="global"}})') == len(sent) + 1
 
 
 def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not(jobs, stack):
