@@ -73,9 +73,10 @@ class InfersightStatLogger(StatLoggerBase):
             _instances[key] = weakref.ref(self)
         observability = getattr(vllm_config, "observability_config", None)
         self.vllm_tracing = getattr(observability, "otlp_traces_endpoint", None) is not None
-        self.providers = providers_mod.resolve(tracer_provider, meter_provider)
+        model = _served_model_name(vllm_config)
+        self.providers = providers_mod.resolve(tracer_provider, meter_provider, model=model)
         self.translator = StatsTranslator(
-            _served_model_name(vllm_config), tracer_provider=self.providers.tracer_provider,
+            model, tracer_provider=self.providers.tracer_provider,
             meter_provider=self.providers.meter_provider, vllm_tracing=self.vllm_tracing, parents=PARENTS,
             gpu=gpu)
         if self.vllm_tracing:

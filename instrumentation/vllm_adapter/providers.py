@@ -21,6 +21,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 
 from infersight.instrumentation.config import Settings, build_resource
+from infersight.schemas import attributes as A
 
 _log = logging.getLogger(__name__)
 
@@ -84,8 +85,21 @@ def _metric_exporter(env: Mapping[str, str]):
     return OTLPMetricExporter()
 
 
+def _resource(settings: Settings | None, model: str | None):  # -> opentelemetry.sdk.resources.Resource
+    """Our resource; with the served model on it, since a vLLM engine serves one model: the pipeline rolls the
+    engine's gauges and cost up per model from it."""
+    resource = build_resource(settings)
+    if model:
+        from opentelemetry.sdk.resources import Resource
+
+        resource = resource.merge(Resource({A.GEN_AI_REQUEST_MODEL: model}))
+    return resource
+
+
 def resolve(tracer_provider: Any = None, meter_provider: Any = None, settings: Settings | None = None,
-            environ: Mapping[str, str] | None = None) -> Providers:
+            environ: Mapping[str, str] | None = None, model: str | None = None) -> Providers:
+    """The providers to report with: the caller's, else the SDK's global ones, else our own from the ``OTEL_*``
+    environment (``model``: the served model, put on our own providers' resource)."""
     env = os.environ if environ is None else environ
     out = Providers(tracer_provider, meter_provider)
     resource = None
@@ -97,7 +111,7 @@ def resolve(tracer_provider: Any = None, meter_provider: Any = None, settings: S
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-            resource = build_resource(settings)
+            resource = _resource(settings, model)
             out.tracer_provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
             out.tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(env)))
             out.owned.append(out.tracer_provider)
@@ -114,7 +128,7 @@ def resolve(tracer_provider: Any = None, meter_provider: Any = None, settings: S
             from infersight.instrumentation.meters import views
 
             reader = PeriodicExportingMetricReader(_metric_exporter(env))  # OTEL_METRIC_EXPORT_INTERVAL
-            out.meter_provider = MeterProvider(metric_readers=[reader], resource=resource or build_resource(settings),
+            out.meter_provider = MeterProvider(metric_readers=[reader], resource=resource or _resource(settings, model),
                                                views=views())
             out.owned.append(out.meter_provider)
         else:
