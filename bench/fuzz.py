@@ -631,8 +631,11 @@ def _where(exc: BaseException) -> tuple[str, str]:
 
 def guarded(check: Callable[[bytes], None], findings: Path, artifacts: Path) -> Callable[[bytes], None]:
     """``check`` recording each new exception signature (``findings``: one JSON line each, with the input;
-    the input also as ``artifacts/crash-<sha1>``) and swallowing the repeats."""
+    the input also as ``artifacts/crash-<sha1>``) and swallowing the repeats, those of earlier processes of
+    the same run (in ``findings`` already) too."""
     seen: dict[str, int] = {}
+    if findings.exists():
+        seen.update((json.loads(line)["signature"], 1) for line in findings.read_text().splitlines() if line)
 
     def one_input(data: bytes) -> None:
         try:
@@ -753,7 +756,12 @@ def run_target(name: str, seconds: float, workdir: Path, runs: int | None = None
             break  # it could not even start: rerunning will not help
     findings_file = workdir / "findings.jsonl"
     if findings_file.exists():
-        run.findings = [json.loads(line) for line in findings_file.read_text().splitlines() if line]
+        first: dict[str, dict[str, Any]] = {}
+        for line in findings_file.read_text().splitlines():
+            if line:
+                finding = json.loads(line)
+                first.setdefault(finding["signature"], finding)
+        run.findings = list(first.values())
     python_crashes = {f"crash-{f['sha1']}" for f in run.findings}
     for found in sorted(p.name for p in artifacts.iterdir() if p.name not in python_crashes
                         and p.name.split("-")[0] in ("crash", "timeout", "oom", "leak")):

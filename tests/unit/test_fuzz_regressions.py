@@ -195,9 +195,6 @@ def test_an_unhashable_operation_is_bad_input_not_an_internal_error():
     exported(request_with)
 
 
-@pytest.mark.xfail(strict=True, reason="instrumentation/fastmetrics.HistogramBank keeps a series per model name "
-                                       "without limit (the SDK caps a stream at 2,000 attribute sets): distinct "
-                                       "client-supplied model names grow a serving pod's memory without bound")
 def test_distinct_model_names_do_not_grow_the_metrics_without_bound():
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -283,3 +280,16 @@ def test_the_reader_replays_exactly_and_never_runs_dry():
 def test_libfuzzer_logs_give_the_executions():
     assert fuzz.executed("#100\tpulse\n#164645\tDONE   cov: 1\nstat::number_of_executed_units: 164645\n") == 164645
     assert fuzz.executed("#4096\tpulse  cov: 3\n#8192\tpulse  cov: 3\n==12== ERROR: libFuzzer: timeout") == 8192
+
+
+def test_a_finding_is_recorded_once_per_signature_across_the_processes_of_a_run(tmp_path):
+    (tmp_path / "artifacts").mkdir()
+
+    def check(data: bytes) -> None:
+        raise ValueError(data)
+
+    for _process in range(2):  # libFuzzer restarted after a timeout: a new process, the same findings file
+        one_input = fuzz.guarded(check, tmp_path / "findings.jsonl", tmp_path / "artifacts")
+        one_input(b"a")
+        one_input(b"b")
+    assert len((tmp_path / "findings.jsonl").read_text().splitlines()) == 1
