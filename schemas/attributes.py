@@ -39,6 +39,11 @@ GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
 GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
 ERROR_TYPE = "error.type"
 HW_ID = "hw.id"
+# the OpenTelemetry metrics SDK's overflow series: the one attribute of the point that takes every measurement
+# past a stream's cardinality limit
+OTEL_METRIC_OVERFLOW = "otel.metric.overflow"
+# semconv's fallback value (error.type's, http.request.method's): what a metric label value past its bound becomes
+OTHER_VALUE = "_OTHER"
 
 # --- vLLM spellings, read and mapped (vLLM's llm_request span) ---
 VLLM_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
@@ -73,6 +78,7 @@ SAFETY_CHECK = "infersight.safety.check"
 EVALUATION_SAMPLE_RATE = "infersight.evaluation.sample_rate"
 INSTRUMENTATION_ERROR_KIND = "infersight.instrumentation.error.kind"
 RECORD_ONLY = "infersight.record_only"
+CARDINALITY_FOLDED = "infersight.cardinality.folded"
 
 TRACKS = ("stable", "canary", "shadow")
 ENGINES = ("vllm", "triton", "torch.compile", "custom")  # values of infersight.engine the jobs accept
@@ -110,7 +116,8 @@ ATTRIBUTES: tuple[Entry, ...] = (
           card=_LOW, source=_SEM, dim=True),
     Entry(GEN_AI_SYSTEM, _S, "string", _SEM, "Deprecated predecessor of gen_ai.provider.name; read only.",
           cardinality=_LOW, emitted=False, maps_to=GEN_AI_PROVIDER_NAME, deprecated=True),
-    _span(GEN_AI_REQUEST_MODEL, "string", "Model the request asked for.", card="low: models served",
+    _span(GEN_AI_REQUEST_MODEL, "string", "Model the request asked for.",
+          card=f"low: models served (on metrics, values past a per-label bound become {OTHER_VALUE})",
           source=_SEM, dim=True),
     _span(GEN_AI_RESPONSE_MODEL, "string", "Model that actually answered.", card="low: models served",
           source=_SEM),
@@ -136,7 +143,8 @@ ATTRIBUTES: tuple[Entry, ...] = (
     Entry(EVALUATION_SAMPLE_RATE, Kind.EVENT_ATTRIBUTE, "double", _US,
           "Fraction of requests the judge evaluates (0-1]; estimates weight by 1/rate."),
     _span(ERROR_TYPE, "string", "Error class or code when the request failed; absent on success.",
-          card="low: bounded set of error classes", source=_SEM, dim=True),
+          card=f"low: error classes (on metrics, values past a per-label bound become {OTHER_VALUE})",
+          source=_SEM, dim=True),
     Entry(HW_ID, Kind.SPAN, "string", _SEM, "GPU identifier (NVML index) on GPU gauges.",
           cardinality="low: GPUs per node", metric_dimension=True),
     _vllm(VLLM_LATENCY_TTFT, "double", "s", TTFT),
@@ -172,6 +180,14 @@ ATTRIBUTES: tuple[Entry, ...] = (
           "True on the root span of a request whose trace was sampled out: exported alone as the request's "
           "record (metrics must not depend on sampling); gateways send it to infersight.otlp.requests only.",
           card="2 values"),
+    _span(CARDINALITY_FOLDED, "string[]",
+          f"On a root span whose request's metric attributes were past their per-label bound in this pod: the "
+          f"attributes its metrics recorded as {OTHER_VALUE} (the span keeps the real values).",
+          card="a few values"),
+    Entry(OTEL_METRIC_OVERFLOW, Kind.SPAN, "boolean", _SEM,
+          "True on the one point of a metric that takes every measurement past its cardinality limit (the "
+          "OpenTelemetry metrics SDK's overflow series; it has no other attribute).",
+          cardinality="1 value", metric_dimension=True),
     Entry(INSTRUMENTATION_ERROR_KIND, Kind.SPAN, "string", _US,
           "Kind of bad input seen by the instrumentation (dimension of its self-telemetry counter).",
           cardinality="low: fixed set of kinds", metric_dimension=True),
