@@ -25,7 +25,8 @@ from typing import Any
 
 from opentelemetry import metrics, propagate
 
-from infersight.instrumentation.config import Settings
+from infersight.instrumentation.cardinality import LabelBounds
+from infersight.instrumentation.config import ENV_MAX_ERROR_TYPES, ENV_MAX_MODELS, Settings
 from infersight.instrumentation.fastmetrics import HistogramBank, bank_for
 from infersight.instrumentation.gpu import register_gpu_gauges
 from infersight.instrumentation.meters import HISTOGRAMS, RequestMetrics, ServerGauges
@@ -35,7 +36,7 @@ from infersight.instrumentation.spans import Root, SpanSink
 from infersight.instrumentation.summary import RequestSummary, build_record, root_attributes
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
-from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
+from infersight.schemas.attributes import OTHER_VALUE, SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT
 from infersight.schemas.records import RequestRecord
 
@@ -77,7 +78,14 @@ class Instrumentation:
                                                  A.DEPLOYMENT_TRACK: self.settings.track}
         if self.settings.model_version:
             self._base_span_attrs[A.MODEL_VERSION] = self.settings.model_version
-        self._series_cache: dict[tuple, tuple] = {}
+        self._series_cache: dict[tuple, tuple] = {}  # (model, operation, error type) as given -> _series_for's
+        self._folded_cache: dict[tuple, tuple] = {}  # the same for keys with a value folded, by the folded key
+        telemetry, period = self.self_telemetry, self.settings.cardinality_period_s
+        settings_of = {A.GEN_AI_REQUEST_MODEL: ENV_MAX_MODELS, A.ERROR_TYPE: ENV_MAX_ERROR_TYPES}
+        self._bounds = LabelBounds(
+            {A.GEN_AI_REQUEST_MODEL: self.settings.max_models, A.ERROR_TYPE: self.settings.max_error_types},
+            period, clock, lambda label, value, limit: telemetry.folded(label, value, limit, period,
+                                                                        settings_of[label]))
 
     @property
     def region(self) -> str:
@@ -109,26 +117,61 @@ class Instrumentation:
         return f"{operation} {model}"
 
     def _series_for(self, model: str, operation: str, error_type: str | None) -> tuple:
-        """The request's metric handles (duration, TTFT, TPOT, ITL p99, queue, input and output tokens), by
-        model, operation and error type: attribute sets and series resolved once, not per request."""
+        """The request's metric handles (duration, TTFT, TPOT, ITL p99, queue, input and output tokens) by model,
+        operation and error type, and the attributes recorded as ``_OTHER`` (None: none): resolved once per
+        key and period (``_resolve_series``), a dict lookup per request."""
         key = (model, operation, error_type)
         cached = self._series_cache.get(key)
         if cached is None:
-            base = {A.GEN_AI_REQUEST_MODEL: model, A.GEN_AI_OPERATION_NAME: operation,
-                    A.GEN_AI_PROVIDER_NAME: self._base_span_attrs[A.GEN_AI_PROVIDER_NAME],
-                    A.DEPLOYMENT_TRACK: self.settings.track}
-            if self.settings.model_version:
-                base[A.MODEL_VERSION] = self.settings.model_version
-            if error_type:
-                base[A.ERROR_TYPE] = error_type
-            # the bank is the meter provider's, shared by every Instrumentation on it: the whole set is the key
-            series, set_key = self._histograms.series, tuple(base.items())
-            cached = (*(series(name, set_key, base) for name in _PER_REQUEST),
-                      series(M.GEN_AI_CLIENT_TOKEN_USAGE, (set_key, "input"), {**base, A.GEN_AI_TOKEN_TYPE: "input"}),
-                      series(M.GEN_AI_CLIENT_TOKEN_USAGE, (set_key, "output"), {**base, A.GEN_AI_TOKEN_TYPE: "output"}))
-            if len(self._series_cache) < 10_000:  # bounded: models x operations x error types
-                self._series_cache[key] = cached
+            cached = self._resolve_series(key)
         return cached
+
+    def _resolve_series(self, key: tuple) -> tuple:
+        """``_series_for`` on a cache miss: the model and error type through their per-label bounds
+        (``cardinality``), then the series of the attribute set. Cached only when nothing was folded, so a
+        folded key comes back here (and a period's end is seen) until a later period admits its values."""
+        model, operation, error_type = key
+        bounds = self._bounds
+        generation = bounds.generation
+        model_ok = bounds.admit(A.GEN_AI_REQUEST_MODEL, model)
+        error_ok = error_type is None or bounds.admit(A.ERROR_TYPE, error_type)
+        if bounds.generation != generation:  # a period ended: what was admitted before is admitted again
+            self._series_cache.clear()
+            self._folded_cache.clear()
+            generation = bounds.generation
+        if model_ok and error_ok:
+            cached = (*self._new_series(model, operation, error_type), None)
+            cache = self._series_cache
+        else:
+            folded = (A.GEN_AI_REQUEST_MODEL,) if not model_ok else ()
+            if not error_ok:
+                folded += (A.ERROR_TYPE,)
+            model, error_type = model if model_ok else OTHER_VALUE, error_type if error_ok else OTHER_VALUE
+            key = (model, operation, error_type, folded)
+            cached = self._folded_cache.get(key)
+            if cached is not None:
+                return cached
+            cached = (*self._new_series(model, operation, error_type), folded)
+            cache = self._folded_cache
+        # bounded: models x operations x error types; never across a period's end (a racing request's admission)
+        if len(cache) < 10_000 and bounds.generation == generation:
+            cache[key] = cached
+        return cached
+
+    def _new_series(self, model: str, operation: str, error_type: str | None) -> tuple:
+        """The seven metric handles of one attribute set (the bank is the meter provider's, shared by every
+        Instrumentation on it: the whole set is the key)."""
+        base = {A.GEN_AI_REQUEST_MODEL: model, A.GEN_AI_OPERATION_NAME: operation,
+                A.GEN_AI_PROVIDER_NAME: self._base_span_attrs[A.GEN_AI_PROVIDER_NAME],
+                A.DEPLOYMENT_TRACK: self.settings.track}
+        if self.settings.model_version:
+            base[A.MODEL_VERSION] = self.settings.model_version
+        if error_type:
+            base[A.ERROR_TYPE] = error_type
+        series, set_key = self._histograms.series, tuple(base.items())
+        return (*(series(name, set_key, base) for name in _PER_REQUEST),
+                series(M.GEN_AI_CLIENT_TOKEN_USAGE, (set_key, "input"), {**base, A.GEN_AI_TOKEN_TYPE: "input"}),
+                series(M.GEN_AI_CLIENT_TOKEN_USAGE, (set_key, "output"), {**base, A.GEN_AI_TOKEN_TYPE: "output"}))
 
     def emit(self, s: RequestSummary, root: Root | None, stages: Sequence[Stage], events: Sequence[tuple],
              content: dict[str, str] | None, wall_offset: int) -> None:
@@ -136,8 +179,8 @@ class Instrumentation:
         sampled trace: root and ``stages``, root ``events``) or its record-only root span, and the record
         (``on_record``). ``content``: captured prompt and completion attributes; ``wall_offset`` turns the
         stages' clock into wall-clock ns."""
-        duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out = self._series_for(s.model, s.operation,
-                                                                                        s.error_type)
+        duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out, folded = self._series_for(
+            s.model, s.operation, s.error_type)
         obs = [(duration, s.e2e_s), (tokens_out, s.tokens_out)]
         add = obs.append
         if s.error_type is None:  # semconv: TTFT and TPOT describe successful responses
@@ -159,12 +202,15 @@ class Instrumentation:
                       st.attributes or {A.STAGE: st.name},
                       [(n, a, t + wall_offset) for n, a, t in st.events] if st.events else ())
                      for st in stages]
-            self.spans.current().emit(root, root.name, s.start_ns, s.end_ns,
-                                      root_attributes(s, self._base_span_attrs, content), events, s.error_type,
-                                      spans)
+            attrs = root_attributes(s, self._base_span_attrs, content)
+            if folded is not None:  # the span keeps the real values and says which ones its metrics folded
+                attrs[A.CARDINALITY_FOLDED] = folded
+            self.spans.current().emit(root, root.name, s.start_ns, s.end_ns, attrs, events, s.error_type, spans)
         elif root is not None and self.settings.request_records:
-            self.spans.current().emit_record(root, root.name, s.start_ns, s.end_ns,
-                                             root_attributes(s, self._base_span_attrs, content), s.error_type)
+            attrs = root_attributes(s, self._base_span_attrs, content)
+            if folded is not None:
+                attrs[A.CARDINALITY_FOLDED] = folded
+            self.spans.current().emit_record(root, root.name, s.start_ns, s.end_ns, attrs, s.error_type)
         if self.on_record is not None:
             self.on_record(self.request_record(s, root))
 

@@ -8,6 +8,12 @@ the points are appended to what the SDK collected, as ordinary ``Histogram`` met
 instrumentation scope, in the temporality the reader asked for. Exporters (OTLP, Prometheus,
 in-memory) see no difference.
 
+Cardinality: as the SDK does for its own streams, each metric keeps at most ``limit`` attribute sets (the
+SDK's default of 2,000, or the smallest histogram limit the provider's readers and views configure); a
+measurement with a further set goes into one more point whose only attribute is ``otel.metric.overflow=true``
+(logged once per metric). Sets are counted since start, as a cumulative stream counts them; no key past the
+limit is kept, so memory stays bounded whatever the attributes.
+
 The bridge relies on SDK internals (the provider's measurement consumer and its reader storages, the
 readers' collect callback and temporality table, the provider's resource, the SDK's histogram instrument
 class), all present from opentelemetry-sdk 1.27 to the pinned version; :func:`bank_for` checks each by
@@ -17,6 +23,7 @@ back to the API instruments.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -24,10 +31,14 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from infersight.schemas.attributes import OTEL_METRIC_OVERFLOW
 from infersight.schemas.registry import get
 
+_log = logging.getLogger("infersight.instrumentation")
 _BANKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BANKS_LOCK = threading.Lock()
+DEFAULT_CARDINALITY_LIMIT = 2000  # the SDK's default per metric stream (its _DEFAULT_CARDINALITY_LIMIT)
+_OVERFLOW_KEY = object()  # the overflow series' key: equal to no attribute-set key
 
 
 def _new_point(n_buckets: int, attrs: dict, name: str) -> list:
@@ -48,12 +59,16 @@ def _add(point: list, index: int, value: float) -> None:
 class HistogramBank:
     """Cumulative points per (metric, attribute set), plus a delta view per delta-temporality reader."""
 
-    def __init__(self, names: Sequence[str], scope_name: str, scope_version: str) -> None:
+    def __init__(self, names: Sequence[str], scope_name: str, scope_version: str,
+                 limits: dict[str, int] | None = None) -> None:
         self._spec = {}
         for name in names:
             entry = get(name)
             self._spec[name] = (entry.buckets, len(entry.buckets) + 1, entry.unit, entry.description)
         self.scope_name, self.scope_version = scope_name, scope_version
+        # attribute sets per metric before the overflow series (``limits``: per name, else the SDK's default)
+        self.limits = {name: (limits or {}).get(name, DEFAULT_CARDINALITY_LIMIT) for name in names}
+        self._sets = dict.fromkeys(names, 0)  # attribute sets per metric so far (the overflow series not counted)
         self._series: dict[tuple, tuple] = {}  # (metric name, attribute-set key) -> handle
         self._cumulative: dict[int, list] = {}  # series number -> point
         self._deltas: dict[int, dict[int, list]] = {}  # id(reader) -> points since its last collect
@@ -66,16 +81,31 @@ class HistogramBank:
         """The handle ``record_series`` takes for metric ``name`` with these attributes (``key`` names the
         set): buckets, point number and cumulative point resolved once, since hashing nested key tuples
         on every record cost more than the bucketing. (A series' cumulative point exists from here on;
-        collection skips it until it counts something.)"""
+        collection skips it until it counts something.) Past the metric's limit of attribute sets, the
+        overflow series' handle, and the key is not kept."""
         handle = self._series.get((name, key))
         if handle is None:
-            bounds, n_buckets, _unit, _desc = self._spec[name]
             with self._lock:
                 handle = self._series.get((name, key))
                 if handle is None:
-                    number = len(self._series)
-                    point = self._cumulative[number] = _new_point(n_buckets, attrs, name)
-                    handle = self._series[(name, key)] = (bounds, n_buckets, number, attrs, name, point)
+                    if self._sets[name] < self.limits[name]:
+                        self._sets[name] += 1
+                        handle = self._new_series(name, key, attrs)
+                    else:
+                        handle = self._series.get((name, _OVERFLOW_KEY))
+                        if handle is None:
+                            handle = self._new_series(name, _OVERFLOW_KEY, {OTEL_METRIC_OVERFLOW: True})
+                            _log.warning("infersight: %s reached its cardinality limit of %d attribute sets; further "
+                                         "sets are recorded in one series with only %s=true (the OpenTelemetry "
+                                         "SDK's overflow series)", name, self.limits[name], OTEL_METRIC_OVERFLOW)
+        return handle
+
+    def _new_series(self, name: str, key: Any, attrs: dict) -> tuple:
+        """A new series' handle and cumulative point (under the lock)."""
+        bounds, n_buckets, _unit, _desc = self._spec[name]
+        number = len(self._series)
+        point = self._cumulative[number] = _new_point(n_buckets, attrs, name)
+        handle = self._series[(name, key)] = (bounds, n_buckets, number, attrs, name, point)
         return handle
 
     def record_series(self, observations: Iterable[tuple[tuple, float]]) -> None:
@@ -199,7 +229,10 @@ def bank_for(meter_provider: Any, names: Sequence[str], scope_name: str, scope_v
         bank = _BANKS.get(meter_provider)
         if bank is not None:
             return bank
-        bank = HistogramBank(names, scope_name, scope_version)
+        views = getattr(meter_provider._sdk_config, "views", ())  # noqa: SLF001
+        bank = HistogramBank(names, scope_name, scope_version,
+                             {name: cardinality_limit(name, list(storages), views, scope_name, scope_version)
+                              for name in names})
         sdk_collect = consumer.collect
 
         def collect(reader: Any, timeout_millis: float = 10_000) -> Any:
@@ -211,3 +244,38 @@ def bank_for(meter_provider: Any, names: Sequence[str], scope_name: str, scope_v
             reader._set_collect_callback(collect)  # noqa: SLF001
         _BANKS[meter_provider] = bank
         return bank
+
+
+def cardinality_limit(name: str, readers: Sequence[Any], views: Sequence[Any], scope_name: str,
+                      scope_version: str) -> int:
+    """The attribute sets the SDK would keep for histogram ``name`` of our scope, the smallest over its
+    streams (the bank's one series set stands for all of them): per reader, one stream per view that selects
+    the histogram (none: one stream), each limited by its view's ``aggregation_cardinality_limit``, else by
+    the reader's histogram limit (``MetricReader(cardinality_limits=...)``), else the SDK's default. Read by
+    feature detection: an SDK without cardinality limits (the older ones) gives the default."""
+    try:
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        probe = object.__new__(_sdk_histogram_class())  # what View._match reads of an instrument, nothing else
+        probe.name, probe.unit = name.lower(), get(name).unit
+        probe.instrumentation_scope = InstrumentationScope(scope_name, scope_version)
+    except Exception:  # noqa: BLE001 - no probe: no view is taken to select the histogram
+        probe = None
+    selecting = []  # the limit (or None) of each view that selects the histogram
+    for view in views if probe is not None else ():
+        try:
+            if view._match(probe):  # noqa: SLF001
+                selecting.append(getattr(view, "_aggregation_cardinality_limit", None))
+        except Exception:  # noqa: BLE001 - a view we cannot evaluate is taken not to select it
+            pass
+    limits = []
+    for reader in readers:
+        by_class = getattr(reader, "_instrument_class_cardinality_limit", None)
+        limit = by_class.get(_sdk_histogram_class()) if isinstance(by_class, dict) else None
+        reader_limit = limit if _positive_int(limit) else DEFAULT_CARDINALITY_LIMIT
+        limits.append(min((v if _positive_int(v) else reader_limit for v in selecting), default=reader_limit))
+    return min(limits, default=DEFAULT_CARDINALITY_LIMIT)
+
+
+def _positive_int(value: Any) -> bool:
+    return type(value) is int and value > 0

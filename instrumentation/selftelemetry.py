@@ -7,7 +7,7 @@ import threading
 
 from opentelemetry.metrics import Meter
 
-from infersight.schemas.attributes import INSTRUMENTATION_ERROR_KIND
+from infersight.schemas.attributes import INSTRUMENTATION_ERROR_KIND, OTHER_VALUE
 from infersight.schemas.metrics import INSTRUMENTATION_ERRORS
 
 _log = logging.getLogger("infersight.instrumentation")
@@ -28,9 +28,10 @@ UNKNOWN_VALUE = "unknown_value"
 AFTER_FINISH = "after_finish"
 REDACTION_FAILED = "redaction_failed"
 INTERNAL = "internal_error"
+CARDINALITY_OVERFLOW = "cardinality_overflow"  # a metric label value past its bound, recorded as _OTHER
 KINDS = (BAD_TYPE, NEGATIVE_VALUE, NEGATIVE_DURATION, TOKEN_BEFORE_FIRST_TOKEN, TOKEN_OUTSIDE_REQUEST,
          NOT_STARTED, DOUBLE_FINISH, DOUBLE_START, STAGE_NOT_OPEN, STAGE_LEFT_OPEN, UNKNOWN_STAGE,
-         UNKNOWN_VALUE, AFTER_FINISH, REDACTION_FAILED, INTERNAL)
+         UNKNOWN_VALUE, AFTER_FINISH, REDACTION_FAILED, INTERNAL, CARDINALITY_OVERFLOW)
 
 
 class SelfTelemetry:
@@ -39,7 +40,7 @@ class SelfTelemetry:
             INSTRUMENTATION_ERRORS, unit="{error}",
             description="Bad input seen by infersight's instrumentation (never raised into serving code)")
         self._attrs = {kind: {INSTRUMENTATION_ERROR_KIND: kind} for kind in KINDS}
-        self._logged: set[str] = set()
+        self._logged: set[str | tuple[str, str]] = set()
         self._lock = threading.Lock()
 
     def bad_input(self, kind: str, detail: str) -> None:
@@ -52,5 +53,22 @@ class SelfTelemetry:
             if first:
                 _log.warning("infersight: ignored bad instrumentation input (%s): %s. Further %s inputs are "
                              "only counted on %s.", kind, detail, kind, INSTRUMENTATION_ERRORS)
+        except Exception:  # noqa: BLE001 - self-telemetry must never break serving
+            pass
+
+    def folded(self, label: str, value: str, limit: int, period_s: float, setting: str) -> None:
+        """Count one metric label value recorded as ``_OTHER`` (kind ``cardinality_overflow``); log the first
+        of each label, with the value, the bound and the setting that raises it. Never raises."""
+        try:
+            self._counter.add(1, self._attrs[CARDINALITY_OVERFLOW])
+            with self._lock:
+                first = (CARDINALITY_OVERFLOW, label) not in self._logged
+                self._logged.add((CARDINALITY_OVERFLOW, label))
+            if first:
+                _log.warning("infersight: more than %d distinct %s values within %g s; %r and every further new "
+                             "value until the period ends are recorded on metrics as %s (spans keep the real "
+                             "value). Raise the bound with %s if this pod really serves that many. Further ones are "
+                             "only counted on %s{%s=%s}.", limit, label, period_s, value[:200], OTHER_VALUE,
+                             setting, INSTRUMENTATION_ERRORS, INSTRUMENTATION_ERROR_KIND, CARDINALITY_OVERFLOW)
         except Exception:  # noqa: BLE001 - self-telemetry must never break serving
             pass
