@@ -39,7 +39,7 @@ OLDEST = Path(__file__).resolve().parent / "oldest-constraints.txt"
 # copy against the installed wheel. Helpers they import travel with them.
 GENERIC_TESTS = ("test_instrumentation_bad_input", "test_instrumentation_fallbacks", "test_instrumentation_metrics",
                  "test_instrumentation_spans", "test_instrumentation_summary", "test_otlp_encoder",
-                 "test_triton_python_backend", "test_cli_install")
+                 "test_triton_python_backend", "test_cli_install", "test_instrumentation_cardinality")
 HELPERS = ("tests/__init__.py", "tests/unit/__init__.py", "tests/unit/fakes.py", "tests/support/__init__.py",
            "tests/support/otlp_sink.py")
 # reads this repository's source files, which the copy does not have
