@@ -68,7 +68,8 @@ METRICS = Topic(
     description="Windowed metrics; the sink collector writes them to Prometheus.",
 )
 DLQ = Topic(
-    "infersight.dlq", "dead-letter record (JSON: reason, source topic/partition/offset, raw bytes)",
+    "infersight.dlq", "dead-letter record (JSON, schemas.deadletter: reason, job, source topic/partition/offset, "
+                      "raw bytes capped with their size and SHA-256)",
     "none", partitions=1, retention_ms=14 * DAY_MS, producer="every flink job",
     description="Telemetry that could not be decoded or broke the contract, with the reason.",
 )

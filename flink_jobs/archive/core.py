@@ -24,6 +24,8 @@ from infersight.flink_jobs.common.windows import window_start_ms
 from infersight.schemas.records import RECORD_FIELDS, RequestRecord
 from infersight.schemas.units import MS, NS
 
+JOB = "infersight-archive"
+
 DAY_MS = 86_400_000
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64()}
 

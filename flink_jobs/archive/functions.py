@@ -3,7 +3,6 @@ job module runs as ``__main__`` under ``flink run``."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
@@ -14,17 +13,18 @@ from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from infersight.flink_jobs.archive import core
+from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.common.keys import split_timed_key, timed_key
-from infersight.schemas.records import parse_batch
+from infersight.schemas.records import parse_batch, record_problems
+from infersight.schemas.topics import REQUESTS
 from infersight.schemas.units import MS
-
-log = logging.getLogger(__name__)
 
 
 class ParseRecord(FlatMapFunction):
     """A batch of JSON records -> one ``(bucket key, latest end ms, Arrow IPC table)`` per region and bucket
-    in it; an unparsable batch or record is logged and dropped so it cannot crash-loop the job (the
-    normaliser only emits validated records). Rows become Arrow here, as they arrive, not at the bucket's
+    in it, and ``(None, 0, DLQ record)`` for what it cannot parse or validate (a batch that is not JSON, an
+    item off the contract, a row Arrow refuses): dead-lettered, never a crash loop (``job`` routes them to
+    ``infersight.dlq``). Rows become Arrow here, as they arrive, not at the bucket's
     flush: converting a minute of rows at once stalled the machine for seconds every minute (and with it
     the metrics' freshness). The tables travel and wait in state zstd-compressed (~650 -> ~140 bytes a
     row): a minute of rows at thousands a second as JSON text or pickled dicts ran the task manager's heap
@@ -36,40 +36,61 @@ class ParseRecord(FlatMapFunction):
     def flat_map(self, value: str):
         try:
             records = parse_batch(value)
-        except ValueError as exc:
-            log.warning("archive: dropping unparsable batch (%s): %.200s", exc, value)
+        except Exception as exc:  # noqa: BLE001 - bad input must never stop the job
+            yield None, 0, dead_letter(core.JOB, f"payload: not a JSON batch ({type(exc).__name__}: {exc})",
+                                       value, topic=REQUESTS.name)
             return
         groups: dict[str, tuple[int, list]] = {}
         for record in records:
-            try:
-                end_ns, region = int(record["end_ns"]), str(record["region"])
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("archive: dropping record without a valid end_ns/region (%r): %.200s", exc, record)
+            problems = record_problems(record)
+            if problems:
+                yield None, 0, _letter(record, problems)
                 continue
+            end_ns, region = record["end_ns"], record["region"]
             key = timed_key(region, core.bucket_of(end_ns, self.bucket_ms))
             last, rows = groups.get(key, (0, []))
             rows.append(record)
             groups[key] = (max(last, end_ns // MS), rows)
         for key, (last_ms, rows) in groups.items():
-            table = _table_of(rows)
+            table, refused = _table_of(rows)
+            for row, problem in refused:
+                yield None, 0, _letter(row, [problem])
             if table.num_rows:
                 yield key, last_ms, core.to_ipc(table)
 
 
-def _table_of(rows: list[dict]) -> pa.Table:
-    """The rows as a table; if one of them does not fit the schema, the others without it (logged)."""
+def _letter(record: Any, problems: list[str]) -> str:
+    trace_id = record.get("trace_id") if isinstance(record, dict) else None
+    return dead_letter(core.JOB, "; ".join(problems), json_of(record), problems=problems, topic=REQUESTS.name,
+                       trace_id=trace_id if isinstance(trace_id, str) else None)
+
+
+def _table_of(rows: list[dict]) -> tuple[pa.Table, list[tuple[dict, str]]]:
+    """The rows as a table, and the rows that do not fit the schema with why (validated rows should all fit)."""
     try:
-        return core.table_of(rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        good = []
+        return core.table_of(rows), []
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        good, refused = [], []
         for row in rows:
             try:
                 core.table_of([row])
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                log.warning("archive: dropping a record that does not fit the schema (%s): %.200s", exc, row)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+                refused.append((row, f"record: does not fit the archive's schema ({type(exc).__name__}: {exc})"))
             else:
                 good.append(row)
-        return core.table_of(good)
+        return core.table_of(good), refused
+
+
+def is_batch(t: Any) -> bool:
+    return t[0] is not None
+
+
+def is_dead_letter(t: Any) -> bool:
+    return t[0] is None
+
+
+def third(t: Any) -> Any:
+    return t[2]
 
 
 def first(t: Any) -> Any:

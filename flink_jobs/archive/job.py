@@ -24,18 +24,17 @@ from __future__ import annotations
 
 import argparse
 
-from infersight.schemas.topics import REQUESTS
-
-JOB = "infersight-archive"
+from infersight.flink_jobs.archive.core import JOB
+from infersight.schemas.topics import DLQ, REQUESTS
 
 
 def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_orderness_s: float,
-          idle_s: float, grace_s: float = 5.0) -> None:
+          idle_s: float, grace_s: float = 5.0, exactly_once: bool = True) -> None:
     from pyflink.common import Types
 
     from infersight.flink_jobs.archive import core
     from infersight.flink_jobs.archive import functions as F
-    from infersight.flink_jobs.common.kafka_io import event_time, kafka_source
+    from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source
 
     bucket_ms = core.check_bucket_ms(int(bucket_s * 1000))
 
@@ -43,9 +42,13 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
     batches = Types.PICKLED_BYTE_ARRAY()
     # Kafka record timestamps are the requests' end times (normalize writes them): per-partition
     # watermarks in the JVM source.
-    (env.from_source(kafka_source(brokers, REQUESTS.name, group_id), event_time(out_of_orderness_s, idle_s),
-                     "requests")
-     .flat_map(F.ParseRecord(bucket_ms), output_type=batches).name("parse-requests")
+    parsed = (env.from_source(kafka_source(brokers, REQUESTS.name, group_id), event_time(out_of_orderness_s, idle_s),
+                              "requests")
+              .flat_map(F.ParseRecord(bucket_ms), output_type=batches).name("parse-requests"))
+    # what cannot be parsed or validated: dead letters, never a crash loop
+    (parsed.filter(F.is_dead_letter).map(F.third, output_type=Types.STRING()).name("dead-letters")
+     .sink_to(kafka_sink(brokers, DLQ.name, group_id, exactly_once=exactly_once)).name(DLQ.name))
+    (parsed.filter(F.is_batch)
      .key_by(F.first, key_type=Types.STRING())
      .process(F.ArchiveBuckets(root, bucket_ms, int(grace_s * 1000)), output_type=Types.STRING())
      .name("archive-buckets")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.common.keys import (
     deployment_key,
     deployment_labels,
@@ -22,19 +23,28 @@ from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
 from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
+from infersight.schemas.records import INT64_MAX, gauge_problems, parse_batch, record_problems
+from infersight.schemas.units import MS as MS_NS
 
 JOB = "infersight-metrics"
 
 
-def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
+def group_batch(records: list[Any], window_ms: int, watermark_ms: int,
+                rejected: list[tuple[Any, list[str]]] | None = None
                 ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
     """One batch of records -> ``{(series key, window end ms): records}`` and the late ones per series:
     those whose window has already fired at this watermark (Flink's rule: window end - 1 <= watermark).
     Late records stay grouped too: a backlog arriving late must not become one element (and one metrics
-    message) per request."""
+    message) per request. An item that breaks the contract (``record_problems``) is never grouped: it goes
+    to ``rejected`` as ``(item, problems)`` (the job dead-letters it)."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late: dict[str, list[dict[str, Any]]] = {}
     for record in records:
+        problems = record_problems(record)
+        if problems:
+            if rejected is not None:
+                rejected.append((record, problems))
+            continue
         end = window_end_of_ns(record["end_ns"], window_ms)
         if fired(end, watermark_ms):
             late.setdefault(series_key(record), []).append(record)
@@ -48,15 +58,24 @@ def group_batch(records: list[dict[str, Any]], window_ms: int, watermark_ms: int
     return groups, late
 
 
-def group_gauges(gauges: list[dict[str, Any]], window_ms: int, watermark_ms: int
+def group_gauges(gauges: list[Any], window_ms: int, watermark_ms: int,
+                 rejected: list[tuple[Any, list[str]]] | None = None
                  ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], int]:
     """One batch of pod gauge points -> ``{(deployment key, window end ms): points}``, each point under its
     deployment and that deployment's roll-ups (``keys.deployment_rollups``: its region, everywhere,
     everything), and how many points were late (their window already fired at this watermark: dropped, as
-    a Flink window drops late elements)."""
+    a Flink window drops late elements). A point that breaks the contract (``gauge_problems``: not an object,
+    a NaN value, a time past int64...) goes to ``rejected`` as ``(item, problems)`` instead."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late = 0
     for gauge in gauges:
+        problems = gauge_problems(gauge, P.POD_GAUGE_STATS)
+        if not problems and window_end_of_ns(gauge["time_ns"], window_ms) * MS_NS > INT64_MAX:
+            problems = [f"time_ns: {gauge['time_ns']} puts its window's end past int64"]
+        if problems:
+            if rejected is not None:
+                rejected.append((gauge, problems))
+            continue
         end = window_end_of_ns(gauge["time_ns"], window_ms)
         if fired(end, watermark_ms):
             late += 1
@@ -64,6 +83,27 @@ def group_gauges(gauges: list[dict[str, Any]], window_ms: int, watermark_ms: int
         for key in deployment_rollups(deployment_key(gauge)):
             groups.setdefault((key, end), []).append(gauge)
     return groups, late
+
+
+def read_batch(value: str | bytes, topic: str, rejected: list[str]) -> list[Any]:
+    """The items of one ``infersight.requests`` or ``infersight.pods`` message; a message that is not a JSON
+    array (or object) becomes one dead letter in ``rejected`` and no items."""
+    try:
+        return parse_batch(value)
+    except Exception as exc:  # noqa: BLE001 - orjson's JSONDecodeError, or a str that is not UTF-8
+        rejected.append(dead_letter(JOB, f"payload: not a JSON batch ({type(exc).__name__}: {exc})", value,
+                                    topic=topic))
+        return []
+
+
+def dead_letters(rejected: list[tuple[Any, list[str]]], topic: str) -> list[str]:
+    """The DLQ records of a batch's rejected items (``group_batch``/``group_gauges``), one per item."""
+    out = []
+    for item, problems in rejected:
+        trace_id = item.get("trace_id") if isinstance(item, dict) else None
+        out.append(dead_letter(JOB, "; ".join(problems), json_of(item), problems=problems, topic=topic,
+                               trace_id=trace_id if isinstance(trace_id, str) else None))
+    return out
 
 
 def _add_totals(batch: MetricsBatch, labels: dict[str, str], cumulative: Cumulative, t: int) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from infersight.flink_jobs.metrics import core
-from infersight.schemas.topics import LATE, METRICS, PODS, REQUESTS
+from infersight.schemas.topics import DLQ, LATE, METRICS, PODS, REQUESTS
 from infersight.schemas.units import MS
 
 JOB = core.JOB
@@ -50,8 +50,10 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
     # ---- requests: regional windows, roll-up, cumulative series ----
     late_tag = OutputTag("late", pickled())
+    dlq_tag = OutputTag("dlq", Types.STRING())  # what cannot be parsed or validated, as DLQ records
     groups = (source(REQUESTS.name, "requests")
-              .process(F.PreAggregate(window_ms, OutputTag("late", pickled())), output_type=pickled())
+              .process(F.PreAggregate(window_ms, OutputTag("late", pickled()), OutputTag("dlq", Types.STRING())),
+                       output_type=pickled())
               .name("pre-aggregate"))
     regional = (groups.key_by(F.first, key_type=Types.STRING())
                 .process(F.WindowGroups(window_of_facts), output_type=pickled()).name("regional-windows"))
@@ -73,7 +75,8 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))
 
     # ---- pods: roll-ups per deployment, region and everywhere, and cost; unit cost joins cost with output tokens ----
-    pods = source(PODS.name, "pods").process(F.PreAggregatePods(window_ms), output_type=pickled()).name("parse-pods")
+    pods = (source(PODS.name, "pods").process(F.PreAggregatePods(window_ms, OutputTag("dlq", Types.STRING())),
+                                              output_type=pickled()).name("parse-pods"))
     pod_windows = (pods.key_by(F.first, key_type=Types.STRING())
                    .process(F.WindowGroups(core.merged_pod_windows), output_type=pickled()).name("pod-windows"))
     pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
@@ -84,6 +87,10 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     unit_out = (costs.union(tokens).key_by(F.second, key_type=Types.STRING()).window(windows())
                 .aggregate(F.SumPair(), F.UnitCost(), accumulator_type=pickled(), output_type=byte_array())
                 .name("unit-cost"))
+
+    # ---- dead letters: every batch or item the job cannot parse or validate, never a crash loop ----
+    (groups.get_side_output(dlq_tag).union(pods.get_side_output(OutputTag("dlq", Types.STRING())))
+     .sink_to(kafka_sink(brokers, DLQ.name, group_id, exactly_once=exactly_once)).name(DLQ.name))
 
     metrics_sink = kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once)
     series_out.union(late_out, pod_out, unit_out).sink_to(metrics_sink).name(METRICS.name)

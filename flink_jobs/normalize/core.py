@@ -3,14 +3,12 @@ batches, pod gauges in batches, dead letters). No PyFlink here; the wiring is in
 
 from __future__ import annotations
 
-import base64
-import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from infersight.flink_jobs.common.deadletter import dead_letter as common_dead_letter
 from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
 from infersight.flink_jobs.normalize.span_records import Rejected, TimeBounds, record_dicts_from_payload
 from infersight.schemas.records import dump_batch
@@ -23,17 +21,14 @@ DEFAULT_BOUNDS = TimeBounds()
 # JSON) went over the producer's 1 MB max.request.size, failing the job in a loop (measured at 4,000/s).
 MAX_BATCH_RECORDS = 1000
 MAX_BATCH_GAUGES = 4000  # ~230 bytes of JSON each
-_JSON = {"separators": (",", ":")}
 
 
 def dead_letter(reason: str, problems: list[str], topic: str, partition: int, offset: int, raw: bytes,
                 trace_id: str | None = None) -> str:
-    """The DLQ record (JSON): why, where it came from, and the bytes to replay once fixed."""
-    return json.dumps({
-        "reason": reason, "problems": problems, "job": JOB, "trace_id": trace_id,
-        "source": {"topic": topic, "partition": partition, "offset": offset},
-        "raw_base64": base64.b64encode(raw).decode("ascii"), "seen_ns": time.time_ns(),
-    }, **_JSON)
+    """The DLQ record (JSON, ``schemas/deadletter.py``): why, where it came from, and the bytes to replay once
+    fixed (capped: ``common.deadletter``)."""
+    return common_dead_letter(JOB, reason, raw, problems=problems, topic=topic, partition=partition,
+                              offset=offset, trace_id=trace_id)
 
 
 def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: int,
@@ -51,7 +46,7 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
     try:
         if topic == OTLP_METRICS.name:
             gauges = []
-            for gauge in gauges_from_payload(payload):
+            for gauge in gauges_from_payload(payload, now_ns, bounds):
                 if isinstance(gauge, str):
                     yield DLQ.name, dead_letter(gauge, [gauge], topic, partition, offset, payload), now_ms
                 else:

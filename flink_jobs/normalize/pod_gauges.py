@@ -7,13 +7,14 @@ dead-lettered: the metrics job computes those distributions from request records
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from infersight.flink_jobs.normalize.otlp_spans import any_value
-from infersight.flink_jobs.normalize.span_records import MAX_DIMENSION_CHARS
+from infersight.flink_jobs.normalize.span_records import MAX_DIMENSION_CHARS, TimeBounds
 from infersight.schemas import attributes as A
 from infersight.schemas.pipeline import (
     GPU_COUNT_ATTRIBUTE,
@@ -22,6 +23,8 @@ from infersight.schemas.pipeline import (
     POD_GAUGE_STATS,
     POD_MODEL_ATTRIBUTE,
 )
+from infersight.schemas.records import INT64_MAX
+from infersight.schemas.units import NS
 
 
 def _pod(resource: dict[str, Any]) -> str:
@@ -55,10 +58,18 @@ def _deployment(resource: dict[str, Any]) -> tuple[dict[str, str], str | None]:
     return dims, None  # type: ignore[return-value]
 
 
-def gauges_from_payload(payload: bytes) -> Iterator[dict[str, Any] | str]:
-    """One dict per pod gauge data point, or a problem string for a point that breaks the contract.
+def gauges_from_payload(payload: bytes, now_ns: int | None = None, bounds: TimeBounds | None = None
+                        ) -> Iterator[dict[str, Any] | str]:
+    """One dict per pod gauge data point, or a problem string for a point that breaks the contract: a value
+    that is not finite (JSON has no NaN: it became null downstream), a time past int64, or, given the
+    normaliser's clock ``now_ns``, a time further from it than ``bounds`` allow (as for spans).
 
     Raises ``google.protobuf.message.DecodeError`` when the bytes are not an OTLP metrics request."""
+    lo, hi = 1, INT64_MAX
+    if now_ns is not None:
+        bounds = bounds or TimeBounds()
+        lo = max(lo, now_ns - int(bounds.max_age_s * NS))
+        hi = min(hi, now_ns + int(bounds.max_future_s * NS))
     request = ExportMetricsServiceRequest.FromString(payload)
     for rm in request.resource_metrics:
         resource = {kv.key: any_value(kv.value) for kv in rm.resource.attributes}
@@ -87,6 +98,13 @@ def gauges_from_payload(payload: bytes) -> Iterator[dict[str, Any] | str]:
                     value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
                     if point.time_unix_nano == 0:
                         yield f"{metric.name}: data point without time_unix_nano"
+                        continue
+                    if not lo <= point.time_unix_nano <= hi:
+                        yield (f"time_unix_nano: {point.time_unix_nano} of {metric.name} is outside the accepted "
+                               f"range [{lo}, {hi}]")
+                        continue
+                    if not math.isfinite(value):
+                        yield f"{metric.name}: value {value} is not finite"
                         continue
                     hw_id = next((any_value(kv.value) for kv in point.attributes if kv.key == A.HW_ID), None)
                     yield {"region": region, **deployment, "pod": pod if hw_id is None else f"{pod}/{hw_id}",

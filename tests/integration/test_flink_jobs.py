@@ -352,6 +352,81 @@ def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it
     assert flink.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize.job"]) == "RUNNING"
 
 
+def test_poison_on_the_jobs_input_topics_is_dead_lettered_by_each_job_and_every_valid_record_counted(jobs, stack):
+    """Issue #20 item 1: what normalize writes is read by the metrics and archive jobs; poison written there
+    directly (non-JSON, JSON of the wrong shape, records and gauges off the contract, a 7 MiB payload: the
+    broker takes up to 8 MiB) must become dead letters of each job, capped, while the jobs keep running and
+    count the valid batches around it."""
+    import hashlib
+    import json
+    import math
+
+    from confluent_kafka import Producer
+
+    from infersight.schemas.deadletter import MAX_PAYLOAD_BYTES
+    from infersight.schemas.records import dump_batch
+    from infersight.schemas.topics import DLQ, PODS
+
+    bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
+    model = f"poison-{uuid.uuid4().hex[:6]}"
+    good = batch(model, 40, time.time_ns(), seed=41)
+    off_contract = {**good[0].to_dict(), "trace_id": uuid.uuid4().hex, "engine": 5}
+    huge = os.urandom(7 << 19).hex().encode()  # 7 MiB of text: under the broker's 8 MiB, over the DLQ's cap
+    poison = [b"not json", b"[1]", b'{"a":[]}', b'["ab",null]', dump_batch([off_contract]).encode(), huge]
+    gauge = {"region": "r", "pod": "p", "metric": M.QUEUE_DEPTH, "value": 1.0, "time_ns": time.time_ns()}
+    pod_poison = [b"{not json", b"[1]", dump_batch([{**gauge, "value": None}]).encode(),
+                  dump_batch([{**gauge, "time_ns": 2**64 - 1}]).encode()]
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 8_000_000, "linger.ms": 5})
+    half = len(good) // 2
+    for records in (good[:half], None, good[half:]):  # valid, all the poison, valid
+        if records is None:
+            for value in poison:
+                producer.produce(REQUESTS.name, value, timestamp=good[half].end_ns // 1_000_000)
+            for value in pod_poison:
+                producer.produce(PODS.name, value, timestamp=gauge["time_ns"] // 1_000_000)
+            continue
+        producer.produce(REQUESTS.name, dump_batch([r.to_dict() for r in records]).encode(),
+                         timestamp=max(r.end_ns for r in records) // 1_000_000)
+    assert producer.flush(60) == 0
+    def shas(value: bytes) -> list[str]:  # a batch that parses is dead-lettered item by item
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return [hashlib.sha256(value).hexdigest()]
+        items = parsed if isinstance(parsed, list) else [parsed]
+        return [hashlib.sha256(json.dumps(i, separators=(",", ":")).encode()).hexdigest() for i in items]
+
+    expected = {(job, REQUESTS.name, sha) for job in ("infersight-metrics", "infersight-archive")
+                for value in poison[:4] + poison[5:] for sha in shas(value)}
+    expected |= {("infersight-metrics", PODS.name, sha) for value in pod_poison for sha in shas(value)}
+    # the off-contract record's letter carries the record re-serialised: matched by its trace id
+    item_letters = {("infersight-metrics", off_contract["trace_id"]), ("infersight-archive", off_contract["trace_id"])}
+
+    def letters():
+        found, by_item = {}, set()
+        for letter in request_records(bootstrap, DLQ.name):
+            key = (letter.get("job"), letter["source"]["topic"], letter.get("raw_sha256"))
+            if key in expected:
+                found[key] = letter
+            if (letter.get("job"), letter.get("trace_id")) in item_letters:
+                by_item.add((letter["job"], letter["trace_id"]))
+        return found if expected <= found.keys() and by_item == item_letters else None
+
+    found = wait_until(letters, 180, "each job's dead letters for every poison message")
+    big = hashlib.sha256(huge).hexdigest()
+    for job in ("infersight-metrics", "infersight-archive"):
+        letter = found[(job, REQUESTS.name, big)]
+        assert letter["raw_size"] == len(huge) and letter["raw_truncated"]
+        assert len(letter["raw_base64"]) <= math.ceil(MAX_PAYLOAD_BYTES / 3) * 4
+        assert found[(job, REQUESTS.name, hashlib.sha256(b"not json").hexdigest())]["reason"].startswith("payload")
+    # the valid records around the poison are all counted, and every job still runs
+    total = f'sum({REQUESTS_TOTAL}{{model="{model}",region!="global"}})'
+    wait_until(flushing(Flusher(bootstrap, good[-1].end_ns), lambda: prom_value(prom_url, total) == len(good)),
+               180, f"{len(good)} requests of {model} in its counter")
+    for module in ("normalize", "metrics", "archive"):
+        assert flink.job_state(stack.layout, jobs.ids[f"infersight.flink_jobs.{module}.job"]) == "RUNNING"
+
+
 def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, stack):
     """Pods' gauges and cost per deployment (region, model, version, track), per region over deployments and
     per deployment over regions, under their Prometheus names; unit cost joins a deployment's cost with its

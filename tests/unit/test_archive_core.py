@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -113,8 +114,13 @@ def test_parse_record_makes_one_arrow_table_per_region_and_bucket():
     assert last_ms == max(r["end_ns"] for r in one_key) // MS
     assert split_key(key) == ("us-east-1", core.bucket_of(one_key[0]["end_ns"], BUCKET_MS))
 
-    bad_type = {**records[0], "trace_id": "f" * 32, "tokens_in": "many"}  # does not fit the schema: dropped
+    bad_type = {**records[0], "trace_id": "f" * 32, "tokens_in": "many"}  # off the contract: a dead letter
     out = list(parse.flat_map(dump_batch([*records, {"region": "us-east-1"}, bad_type])))  # + one without end_ns
+    letters = [json.loads(t[2]) for t in out if t[0] is None]
+    out = [t for t in out if t[0] is not None]
+    assert [letter["reason"].split(":")[0] for letter in letters] == ["trace_id", "tokens_in"]
+    assert {letter["job"] for letter in letters} == {"infersight-archive"}
+    assert all(letter["source"]["topic"] == "infersight.requests" for letter in letters)
     assert len(out) == len({(r["region"], core.bucket_of(r["end_ns"], BUCKET_MS)) for r in records}) > 1
     back = core.from_ipc(batch for _key, _last, batch in out)
     assert sorted(back.column("trace_id").to_pylist()) == sorted(r["trace_id"] for r in records)
@@ -122,7 +128,8 @@ def test_parse_record_makes_one_arrow_table_per_region_and_bucket():
         region, bucket = split_key(key)
         assert all(r["region"] == region and core.bucket_of(r["end_ns"], BUCKET_MS) == bucket
                    for r in core.from_ipc([batch]).to_pylist())
-    assert list(parse.flat_map("not json")) == []
+    [(none, _, letter)] = parse.flat_map("not json")
+    assert none is None and json.loads(letter)["reason"].startswith("payload: not a JSON batch")
 
 
 def test_unique_sorted_drops_repeated_ids_across_chunks_and_keeps_rows_without_a_span_id():

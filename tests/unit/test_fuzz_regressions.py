@@ -20,15 +20,6 @@ from infersight.schemas import metrics as M
 
 # Open findings by signature (bench.fuzz.signature), each with the bug it stands for.
 OPEN = {
-    # record_batches
-    "TypeError at schemas/records.py:validate": "validate() raises on a batch item that is not an object",
-    "ValueError at schemas/records.py:validate": "validate() raises on a batch item that is not an object",
-    "Violation metrics-job-unguarded": "the metrics job's PreAggregate has no guard against off-contract records",
-    "OverflowError at flink_jobs/archive/core.py:table_of": "archive: an integer beyond int64 escapes ParseRecord",
-    "TypeError at flink_jobs/common/keys.py:series_key": "validate() accepts a non-string engine/model_version",
-    # otlp_metrics
-    "TypeError at flink_jobs/metrics/core.py:region_stats": "a NaN pod gauge becomes JSON null in infersight.pods",
-    "ValueError at flink_jobs/metrics/otlp_metrics.py:gauge": "pod gauge times are not bounded (uint64 overflow)",
     # attributes
     "UnicodeEncodeError at instrumentation/otlp_encoder.py:_span": "a lone surrogate in a span name",
     "AttributeError at instrumentation/otlp_encoder.py:_span": "a stage name that is not a string",
@@ -63,30 +54,19 @@ VALID = (b'{"trace_id":"0af7651916cd43dd8448eb211c80319c","region":"r","model":"
          b'"end_ns":1779999991000000000,"e2e_s":0.5,"finish_reason":"stop"')
 
 
-@pytest.mark.xfail(strict=True, reason="schemas.records.validate does dict(record): it raises TypeError/ValueError "
-                                       "on a batch item that is not an object, though documented never to raise")
 @pytest.mark.parametrize("batch", [b"[1]", b'["ab"]', b"[null]"])
 def test_validate_never_raises_on_an_item_that_is_not_an_object(batch):
     expect_fixed("record_batches", batch)
 
 
-@pytest.mark.xfail(strict=True, reason="flink_jobs/metrics/functions.PreAggregate groups a batch without a guard: "
-                                       "a record without end_ns (or region, model) raises in core.group_batch and "
-                                       "crash-loops the job (the archive job drops such records)")
 def test_the_metrics_job_survives_a_record_off_the_contract():
     expect_fixed("record_batches", b'{"a":[]}')
 
 
-@pytest.mark.xfail(strict=True, reason="flink_jobs/archive: ParseRecord drops only ArrowInvalid/ArrowTypeError; an "
-                                       "integer beyond int64 (orjson reads up to uint64) raises OverflowError in "
-                                       "core.table_of and crash-loops the job")
 def test_the_archive_job_drops_an_integer_beyond_int64():
     expect_fixed("record_batches", b'[{"region":"r","end_ns":18446744073709551615}]')
 
 
-@pytest.mark.xfail(strict=True, reason="schemas.records.validate does not check engine and model_version: a record "
-                                       "it accepts with a non-string engine raises in common.keys.series_key (the "
-                                       "metrics job's pre-aggregation)")
 def test_a_record_validate_accepts_never_fails_the_metrics_job():
     expect_fixed("record_batches", b"[" + VALID + b',"engine":5}]')
 
@@ -107,14 +87,10 @@ def _gauge(value: float, time_ns: int) -> bytes:
     return request.SerializeToString()
 
 
-@pytest.mark.xfail(strict=True, reason="normalize/pod_gauges passes a NaN (or infinite) gauge value on; dump_batch "
-                                       "writes it as null and the metrics job's PodWindow.region_stats raises on it")
 def test_a_nan_pod_gauge_does_not_fail_the_pod_roll_up():
     expect_fixed("otlp_metrics", _gauge(math.nan, fuzz_seeds_now()))
 
 
-@pytest.mark.xfail(strict=True, reason="normalize/pod_gauges has no time bounds (spans have TimeBounds): a point at "
-                                       "2**64-1 ns puts its window's end past uint64 and encode_pods raises")
 def test_a_pod_gauge_from_the_far_future_does_not_fail_the_pod_roll_up():
     expect_fixed("otlp_metrics", _gauge(1.0, 2**64 - 1))
 

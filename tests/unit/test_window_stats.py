@@ -221,9 +221,11 @@ def test_a_request_delivered_twice_counts_once_in_its_window():
 def test_a_batch_groups_by_series_and_window_and_late_records_are_set_apart():
     from infersight.flink_jobs.metrics import core
 
+    base = next(iter(sample_records(1, 1_000_000_000_000, 1.0))).to_dict()  # a valid record: group_batch checks
+
     def rec(region: str, end_ms: int, track: str = "stable") -> dict:
-        return {"region": region, "model": "m", "model_version": "v1", "track": track, "engine": "vllm",
-                "end_ns": end_ms * 1_000_000}
+        return {**base, "region": region, "model": "m", "model_version": "v1", "track": track, "engine": "vllm",
+                "start_ns": end_ms * 1_000_000 - int(base["e2e_s"] * 1e9) - 1, "end_ns": end_ms * 1_000_000}
 
     batch = [rec("a", 10_500), rec("a", 19_999), rec("a", 20_000), rec("b", 10_001), rec("a", 15_000, "canary"),
              rec("a", 9_999), rec("b", 5_000)]
