@@ -17,9 +17,9 @@ Targets, and what counts as a crash (besides a hang, a native crash or running o
   failing on what the normaliser wrote (``infersight.pods``, read back with ``parse_batch``).
 - ``record_batches``: an ``infersight.requests`` message as the metrics and archive jobs read it:
   ``parse_batch`` raising anything but ``orjson.JSONDecodeError``; ``validate`` raising on any item (it is
-  documented never to); the archive job's ``ParseRecord`` raising (it is documented to drop what it cannot
-  read); the metrics job's pre-aggregation and window results raising on a record ``validate`` accepts; and
-  the pre-aggregation raising on one it rejects (the job has no guard: reported as one finding).
+  documented never to); the archive job's ``ParseRecord`` raising (it dead-letters what it cannot read); the
+  metrics job's ``PreAggregate`` path (``read_batch``, ``group_batch`` with its rejects, their dead letters)
+  or its window results raising.
 - ``traceparent``: request headers (``name: value`` lines) through ``Instrumentation.request(headers=)``, the
   vLLM adapter's ``RequestParents`` and the Triton helpers: any exception; an ``internal_error`` on
   ``infersight.instrumentation.errors``; a valid W3C ``traceparent`` not continued; ``inject`` then extract
@@ -214,7 +214,8 @@ def make_otlp_metrics() -> Callable[[bytes], None]:
     from infersight.flink_jobs.metrics import core as metrics
     from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
     from infersight.schemas.pipeline import POD_GAUGE_STATS
-    from infersight.schemas.records import dump_batch, parse_batch
+    from infersight.schemas.records import dump_batch
+    from infersight.schemas.topics import PODS
     from infersight.schemas.units import MS
 
     pricing = metrics.Pricing.load(None)
@@ -240,8 +241,13 @@ def make_otlp_metrics() -> Callable[[bytes], None]:
             gauges.append(item)
         if not gauges:
             return
-        # downstream: what the normaliser writes to infersight.pods, as the metrics job's pod path reads it
-        groups, _late = metrics.group_gauges(parse_batch(dump_batch(gauges)), window_ms, -2**63)
+        # downstream: what the normaliser writes to infersight.pods, as the metrics job's PreAggregatePods reads it
+        letters: list[str] = []
+        rejected: list[Any] = []
+        groups, _late = metrics.group_gauges(metrics.read_batch(dump_batch(gauges), PODS.name, letters), window_ms,
+                                             -2**63, rejected)
+        for letter in letters + metrics.dead_letters(rejected, PODS.name):
+            json.loads(letter)
         totals = {"gpu_seconds": 0.0, "cost_usd": 0.0, "idle_usd": 0.0}
         for (key, end_ms), points in groups.items():  # key: a deployment or one of its roll-ups
             window = metrics.PodWindow.of(points)
@@ -254,9 +260,6 @@ def make_otlp_metrics() -> Callable[[bytes], None]:
     return check
 
 
-_METRICS_GUARD = "metrics-job-unguarded"
-
-
 def make_record_batches() -> Callable[[bytes], None]:
     import orjson
 
@@ -265,32 +268,33 @@ def make_record_batches() -> Callable[[bytes], None]:
     from infersight.flink_jobs.metrics import core as metrics
     from infersight.flink_jobs.metrics.window_stats import Cumulative, fact_of, window_of, window_of_facts
     from infersight.schemas.records import parse_batch, validate
+    from infersight.schemas.topics import REQUESTS
     from infersight.schemas.units import MS
 
     archive = ParseRecord(60_000)
     window_ms = 10_000
 
     def check(data: bytes) -> None:
-        for _ in archive.flat_map(data.decode("utf-8", "replace")):  # the archive job reads str values
+        text = data.decode("utf-8", "replace")  # both jobs read the topic's values as strings
+        for _ in archive.flat_map(text):  # the archive job's ParseRecord: dead-letters what it cannot read
             pass
         try:
             items = parse_batch(data)
         except orjson.JSONDecodeError:
-            return
+            items = []
         if not isinstance(items, list):
             raise Violation(f"batch-not-a-list: {type(items).__name__}")
-        valid = [item for item in items if not validate(item)]
-        if len(valid) < len(items):
-            try:  # the metrics job's pre-aggregation of the whole batch, as PreAggregate does it
-                groups, late = metrics.group_batch(items, window_ms, NOW_MS)
-                for group in [*groups.values(), *late.values()]:
-                    for record in group:
-                        fact_of(record)
-            except Exception as exc:  # noqa: BLE001 - one finding, whatever the record's fault
-                raise Violation(f"{_METRICS_GUARD}: {type(exc).__name__}: {exc!s:.200}") from exc
-        if not valid:
-            return
-        groups, late = metrics.group_batch(valid, window_ms, NOW_MS)
+        for item in items:
+            validate(item)  # documented never to raise
+        # the metrics job's PreAggregate: the batch, its groups (off-contract items rejected), their dead letters
+        letters: list[str] = []
+        records = metrics.read_batch(text, REQUESTS.name, letters)
+        rejected: list[Any] = []
+        groups, late = metrics.group_batch(records, window_ms, NOW_MS, rejected)
+        letters += metrics.dead_letters(rejected, REQUESTS.name)
+        for letter in letters:
+            json.loads(letter)
+        # ... and its window results, from what it grouped
         for (key, end_ms), group in groups.items():
             stats = window_of_facts([fact_of(record) for record in group])
             end_ns = end_ms * MS
