@@ -106,11 +106,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not any(r.running for r in rows):
         print(f"stack '{stack.state_dir.name}' is not running ({stack.state_dir})")
         return 1
-    print(f"{'component':<24}{'state':<9}{'pid':<8}{'ports':<64}log")
+    restarted = stack.ensure_supervisor()  # a stack that runs is supervised: start a supervisor that went missing
+    print(f"{'component':<24}{'state':<9}{'pid':<8}{'restarts':<10}{'ports':<64}log")
     for r in rows:
         state = "healthy" if r.healthy else ("running" if r.running else "stopped")
+        if r.restart_in_s is not None:
+            state = "backoff"
         ports = ", ".join(f"{k}={v}" for k, v in r.ports.items()) or "-"
-        print(f"{r.name:<24}{state:<9}{r.pid or '-'!s:<8}{ports:<64}{r.log}")
+        print(f"{r.name:<24}{state:<9}{r.pid or '-'!s:<8}{r.restarts:<10}{ports:<64}{r.log}")
+    for r in rows:
+        if r.restart_in_s is not None:
+            print(f"  {r.name}: {r.last_exit}; restarting in {r.restart_in_s:.0f} s (back-off)")
+        elif r.restarts and r.last_exit:
+            print(f"  {r.name}: restarted {r.restarts} time(s); the last one {r.last_exit}")
+    policy = stack.restart_book().policy
+    how = "started now (it was not running)" if restarted else "running"
+    print(f"supervisor: {how} (pid {stack.supervisor_pid()}); restarts a component that dies after "
+          f"{policy.initial_s:g} s, doubling to {policy.max_s:g} s while it keeps dying; "
+          f"log {stack.layout.logs / 'supervisor.log'}")
     return 0 if all(r.healthy for r in rows) else 2
 
 

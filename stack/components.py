@@ -252,11 +252,8 @@ class StackLayout:
         """
         home = paths.pyflink_home()
         lib = self.state_dir / "flink-lib"
-        if lib.exists():
-            shutil.rmtree(lib)
-        lib.mkdir(parents=True)
-        for jar in [*sorted((home / "lib").glob("*.jar")), *sorted((home / "opt").glob("flink-python-*.jar"))]:
-            (lib / jar.name).symlink_to(jar)
+        jars = [*sorted((home / "lib").glob("*.jar")), *sorted((home / "opt").glob("flink-python-*.jar"))]
+        _symlink_tree(lib, {jar.name: jar for jar in jars})
         return lib
 
     def python_import_root(self) -> Path:
@@ -273,14 +270,11 @@ class StackLayout:
         import infersight
 
         root = self.state_dir / "python"
-        pkg = root / "infersight"
-        if pkg.exists():
-            shutil.rmtree(pkg)
-        pkg.mkdir(parents=True)
-        (pkg / "__init__.py").symlink_to(Path(infersight.__file__))
+        links = {"__init__.py": Path(infersight.__file__)}
         for component in JOB_COMPONENTS:
             module = importlib.import_module(f"infersight.{component}")
-            (pkg / component).symlink_to(Path(str(module.__file__)).parent, target_is_directory=True)
+            links[component] = Path(str(module.__file__)).parent
+        _symlink_tree(root / "infersight", links)
         return root
 
     def write_flink_conf(self) -> None:
@@ -314,9 +308,14 @@ class StackLayout:
     def flink_taskmanager(self, index: int = 0) -> Component:
         name = "flink-taskmanager" if index == 0 else f"flink-taskmanager-{index + 1}"
 
-        def registered() -> bool:  # this one, by the resource id it registers with
+        def registered() -> bool:
+            """This one, by the resource id it registers with, and alive: a task manager killed with -9 stays
+            listed until the job manager's heartbeat gives up on it, but the data port it listed is closed."""
+            from infersight.stack.ports import port_in_use
+
             listing = http_json(f"{self.flink_rest_url}/taskmanagers") or {}
-            return any(tm.get("id") == name for tm in listing.get("taskmanagers", ()))
+            return any(tm.get("id") == name and port_in_use(self.host, int(tm.get("dataPort") or 0))
+                       for tm in listing.get("taskmanagers", ()))
 
         return Component(
             name=name,
@@ -341,6 +340,23 @@ def _check_scram_user(security: TransportSecurity, data: Path, marker: Path) -> 
                          f"{security.sasl_user!r} and this password",
                          "`infersight down --wipe`, then start again: Kafka creates SCRAM users when it formats its "
                          "storage")
+
+
+def _symlink_tree(folder: Path, links: dict[str, Path]) -> None:
+    """Make ``folder`` hold exactly ``links`` (name -> target) as symlinks. Left alone when it already does:
+    running task managers load jars and Python modules from it lazily, and every ``components()`` call (the
+    supervisor's, ``status``'s) comes here."""
+    try:
+        current = {p.name: Path(os.readlink(p)) for p in folder.iterdir()}
+    except OSError:
+        current = None
+    if current == links:
+        return
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name, target in links.items():
+        (folder / name).symlink_to(target, target_is_directory=target.is_dir())
 
 
 def _java() -> str:

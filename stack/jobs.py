@@ -1,5 +1,13 @@
 """infersight's PyFlink jobs on a stack's Flink session cluster: submit them (``flink run``), watch their
-state and checkpoints, stop them with a savepoint. ``JOBS`` names the product's jobs and their modules."""
+state and checkpoints, stop them with a savepoint. ``JOBS`` names the product's jobs and their modules.
+
+The native stack remembers every job it submits (``<state>/jobs.json``: module, arguments, shipped files)
+until it is stopped or cancelled through this module, because its session cluster runs without a
+high-availability service: a job manager that dies takes the session's jobs with it, and Flink 2.2 offers
+no file-based HA store for a standalone cluster (``high-availability.type`` is NONE, ZOOKEEPER, KUBERNETES
+or a factory class). ``reconcile`` (called by the stack's supervisor) submits each remembered job the job
+manager no longer knows again, from its newest retained checkpoint: the Kafka offsets, the window state and
+the sinks' transactional-id prefix all come back, so the outputs stay exactly once."""
 
 from __future__ import annotations
 
@@ -10,11 +18,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from infersight.flink_jobs.common.kafka_io import KAFKA_PROPERTIES_ENV
-from infersight.stack import paths
+from infersight.stack import paths, statefile
 from infersight.stack.errors import StackError
 from infersight.stack.security import java_properties_text, write_private
 
@@ -24,6 +32,13 @@ JOBS = {
     "infersight-metrics": "infersight.flink_jobs.metrics.job",
     "infersight-archive": "infersight.flink_jobs.archive.job",
 }
+# what the stack submitted and keeps running (see the module's docstring); job states that end a job
+RECORDS = "jobs.json"
+TERMINAL = ("FINISHED", "FAILED", "CANCELED")
+# PyFlink's thread mode starts a task manager's embedded Python (pemja) once, with the first Python task there;
+# if that task is interrupted meanwhile (cancelled by a failover), pemja keeps the InterruptedException and
+# throws it at every later Python task on that task manager: alive, registered, and unable to run any job.
+PYTHON_NEVER_STARTS = ("pemja.core.PythonInterpreter$MainInterpreter.initialize", "java.lang.InterruptedException")
 
 
 def job_jar_urls() -> list[str]:
@@ -36,13 +51,14 @@ def job_jar_urls() -> list[str]:
 
 
 def submit(layout, module: str, args: list[str], timeout_s: float = 180, restore_from: str | None = None,
-           py_files: Sequence[str | Path] = ()) -> str:
+           py_files: Sequence[str | Path] = (), replaces: str | None = None) -> str:
     """Submit ``python -m <module> <args> --jars <the job jars>`` to the stack's cluster, detached; returns the
     job id. ``module`` must take ``--jars`` (``flink_jobs.common.environment``).
 
     ``restore_from``: a retained checkpoint (or savepoint) path to resume from, offsets and state.
     ``py_files``: files or folders shipped with the job and put on its Python path (client and workers), for a
-    module the cluster's Python cannot import otherwise."""
+    module the cluster's Python cannot import otherwise. ``replaces``: the id of the job this one continues
+    (``reconcile``), whose record it takes over."""
     # The interpreter of the task managers' machine: ours natively, the image's in containers.
     python = str(getattr(layout, "flink_python", paths.venv_python()))
     cmd = [
@@ -64,7 +80,156 @@ def submit(layout, module: str, args: list[str], timeout_s: float = 180, restore
     if proc.returncode != 0 or not match:
         raise StackError(f"submitting {module} to Flink failed:\n{(proc.stdout + proc.stderr)[-2000:]}",
                          f"check the Flink logs in {layout.logs}")
-    return match.group(1)
+    job_id = match.group(1)
+    _remember(layout, job_id, {"module": module, "args": list(args), "py_files": [str(f) for f in py_files]},
+              replaces)
+    return job_id
+
+
+# ---- what the stack submitted (native stack only: a layout with a state folder) ----
+
+def _records_path(layout) -> Path | None:
+    state_dir = getattr(layout, "state_dir", None)
+    return Path(state_dir) / RECORDS if state_dir is not None else None
+
+
+def _change_records(layout, change: Callable[[dict], None]) -> None:
+    path = _records_path(layout)
+    if path is None:
+        return
+    with statefile.locked(path.parent):
+        records = statefile.read_json(path)
+        change(records)
+        statefile.write_json(path, records)
+
+
+def _remember(layout, job_id: str, record: dict, replaces: str | None = None) -> None:
+    def change(records: dict) -> None:
+        if replaces is not None:
+            old = records.pop(replaces, None) or {}
+            record["recovered"] = int(old.get("recovered", 0)) + 1
+        records[job_id] = record
+
+    _change_records(layout, change)
+
+
+def forget(layout, job_id: str) -> None:
+    _change_records(layout, lambda records: records.pop(job_id, None))
+
+
+def forget_all(layout) -> None:
+    """The cluster is going down (``Stack.down``): its jobs go with it, not to be resubmitted."""
+    _change_records(layout, lambda records: records.clear())
+
+
+def remembered(layout) -> dict[str, dict]:
+    """Job id -> {module, args, py_files, recovered (times resubmitted)} of the jobs the stack keeps running."""
+    path = _records_path(layout)
+    return statefile.read_json(path) if path is not None else {}
+
+
+def retained_checkpoints(layout, job_id: str) -> list[Path]:
+    """The job's completed checkpoints on disk, newest first (a checkpoint is complete once its
+    ``_metadata`` is written: the job manager writes it last)."""
+    root = layout.data / "flink" / "checkpoints" / job_id
+    found = [d for d in root.glob("chk-*") if (d / "_metadata").is_file()]
+    return sorted(found, key=lambda d: int(d.name.removeprefix("chk-")), reverse=True)
+
+
+def reconcile(layout, log=print, should_stop: Callable[[], bool] = lambda: False,
+              running_timeout_s: float = 240.0) -> dict[str, str | None]:
+    """Make the cluster run every job the stack remembers: drop the records of jobs that ended, and submit
+    each job the job manager does not know again, from its newest retained checkpoint (the next older one
+    if that one fails to restore). Returns old id -> new id of the jobs resubmitted (None: none restored)."""
+    records = remembered(layout)
+    if not records:
+        return {}
+    try:
+        with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/overview", timeout=5) as resp:
+            known = {j["jid"]: j["state"] for j in json.loads(resp.read())["jobs"]}
+    except (OSError, ValueError, KeyError):
+        return {}  # the job manager is not answering (yet): next time
+    lost = {}
+    for job_id, record in records.items():
+        state = known.get(job_id)
+        if state in TERMINAL:
+            log(f"[jobs] {record['module']} ({job_id}) {state}: no longer kept running")
+            forget(layout, job_id)
+        elif state is None:
+            lost[job_id] = record
+    if not lost or should_stop():
+        return {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    # side by side: each submission is mostly a client JVM and Python starting, waiting on each other's CPU
+    with ThreadPoolExecutor(len(lost)) as pool:
+        futures = {job_id: pool.submit(_resubmit, layout, job_id, record, log, running_timeout_s)
+                   for job_id, record in lost.items()}
+    return {job_id: future.result() for job_id, future in futures.items()}
+
+
+def task_managers_without_python(layout) -> dict[str, float]:
+    """Task manager id -> when (unix s) a task there last failed because its embedded Python can never start
+    (``PYTHON_NEVER_STARTS``), from the jobs' exception histories; empty when the job manager does not answer."""
+    found: dict[str, float] = {}
+    try:
+        with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/overview", timeout=5) as resp:
+            job_ids = [j["jid"] for j in json.loads(resp.read())["jobs"] if j["state"] not in TERMINAL]
+        for job_id in job_ids:
+            with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}/exceptions?maxExceptions=10",
+                                        timeout=5) as resp:
+                entries = (json.loads(resp.read()).get("exceptionHistory") or {}).get("entries") or []
+            for entry in [e for root in entries for e in (root, *(root.get("concurrentExceptions") or ()))]:
+                trace, tm = entry.get("stacktrace") or "", entry.get("taskManagerId")
+                if tm and all(mark in trace for mark in PYTHON_NEVER_STARTS):
+                    found[tm] = max(found.get(tm, 0.0), float(entry.get("timestamp") or 0) / 1000)
+    except (OSError, ValueError, KeyError):
+        return {}
+    return found
+
+
+def _resubmit(layout, job_id: str, record: dict, log, running_timeout_s: float) -> str | None:
+    """Submit a lost job again from its newest retained checkpoint, or from the one before if that one does not
+    restore (a job manager killed while writing a checkpoint's metadata). Only a job that never completed a
+    checkpoint starts afresh (from its consumer group's committed offsets). Returns the id it runs under, or
+    None when it could not be resubmitted (its record is dropped then, and the log says why)."""
+    checkpoints = retained_checkpoints(layout, job_id)
+    current = job_id
+    candidates: list[Path | None] = [*checkpoints[:2]] or [None]
+    for path in candidates:
+        source = str(path) if path else "its committed offsets (it had no completed checkpoint)"
+        try:
+            new_id = submit(layout, record["module"], record["args"], restore_from=str(path) if path else None,
+                            py_files=record.get("py_files", ()), replaces=current)
+        except (StackError, OSError, subprocess.SubprocessError) as exc:
+            log(f"[jobs] {record['module']} ({job_id}) could not be resubmitted from {source}: "
+                f"{str(exc).strip().splitlines()[-1][:300]}")
+            continue
+        log(f"[jobs] {record['module']} ({job_id}) lost with the job manager: resubmitted as {new_id} from {source}")
+        current = new_id
+        if _started(layout, new_id, running_timeout_s):
+            return new_id
+        log(f"[jobs] {new_id} failed to restore from {source}")
+    log(f"[jobs] {record['module']} ({job_id}) NOT running: no retained checkpoint restored; it is no longer "
+        f"kept running (see {layout.logs}; `infersight jobs` submits it afresh)")
+    forget(layout, current)
+    return None
+
+
+def _started(layout, job_id: str, timeout_s: float) -> bool:
+    """False if the job fails while it starts; True once it runs (or is still starting at the time-out)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = job_state(layout, job_id)
+        except (OSError, ValueError, KeyError):
+            state = None
+        if state in ("FAILED", "FAILING"):
+            return False
+        if state in ("RUNNING", "RESTARTING", "FINISHED", "CANCELED"):
+            return True
+        time.sleep(1)
+    return True
 
 
 def kafka_client_properties_file(layout) -> Path:
@@ -95,12 +260,14 @@ def cancel(layout, job_id: str) -> None:
     those partitions meanwhile: use ``stop`` unless the job is about to be restored."""
     req = urllib.request.Request(f"{layout.flink_rest_url}/jobs/{job_id}?mode=cancel", method="PATCH")
     urllib.request.urlopen(req, timeout=10).close()
+    forget(layout, job_id)
 
 
 def stop(layout, job_id: str, timeout_s: float = 60) -> str | None:
     """Stop with a savepoint: the final savepoint commits the sinks' Kafka transactions, so nothing lingers
     for downstream readers. Returns the savepoint path; cancels instead (returns None) if the job cannot take
     one in ``timeout_s`` (e.g. it is restarting)."""
+    forget(layout, job_id)  # stopped on purpose: not to be resubmitted
     url = f"{layout.flink_rest_url}/jobs/{job_id}"
     try:
         req = urllib.request.Request(f"{url}/stop", data=json.dumps({"drain": False}).encode(), method="POST",
