@@ -107,6 +107,20 @@ def test_gateway_sends_request_level_spans_to_their_own_topic_and_record_only_ro
     assert A.RECORD_ONLY in cfg["processors"]["filter/record_only"]["traces"]["span"][0]
 
 
+def test_gateway_acknowledges_an_export_only_once_it_is_in_the_disk_queue():
+    """No batch processor before the exporters: its batch lived in memory, acknowledged to the pods, and a
+    kill -9 of the gateway lost it (68 requests at 2,000/s, bench/faults.py). Batches form in the disk queue."""
+    cfg = load("gateway.yaml")
+    assert "batch" not in cfg.get("processors", {})
+    for pipeline in cfg["service"]["pipelines"].values():
+        assert not any(p.startswith("batch") for p in pipeline["processors"])
+    for name in ("kafka/spans", "kafka/requests", "kafka/metrics"):
+        queue = cfg["exporters"][name]["sending_queue"]
+        assert queue["storage"] == "file_storage/queue"
+        # a batch of request spans is one Kafka record: capped (the producer drops a record over its limit)
+        assert queue["batch"]["sizer"] == "items" and queue["batch"]["max_size"] == 2048
+
+
 def test_sink_skips_messages_prometheus_refuses_for_good_instead_of_stalling():
     marking = load("sink.yaml")["receivers"]["kafka"]["message_marking"]
     assert marking == {"after": True, "on_error": False, "on_permanent_error": True}
