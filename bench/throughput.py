@@ -11,17 +11,17 @@ Starts its own stack (fresh, free ports, in a temporary folder) and stops it at 
 bench/results/throughput.json and bench/results/throughput.png. Each step's fleet has its own model
 names, so its requests are counted apart: a step is *held* when every request the simulator's ledger
 counted is in Prometheus exactly once, the simulator kept its schedule, and freshness p99 stayed
-at or under --max-freshness-s (default 20 s, the goal's bar).
+at or under --max-freshness-s (default 20 s, the goal's bar). Lost and double-counted requests are summed
+per series (region, model, version, track), each on its own (``tests/support/pipeline_load.tally``): a
+loss in one series and a double count in another do not cancel.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +32,15 @@ import numpy as np
 from bench.jobs_bench import CLK_TCK, tree_ticks
 from bench.results_file import save_results
 from bench.stack_bench import tree_rss_kib
+from tests.support.pipeline_load import (
+    WindowWatcher,
+    counted_per_series,
+    fleet,
+    keep_event_time_moving,
+    sent_per_series,
+    settle,
+    tally,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "throughput.json"
@@ -41,37 +50,6 @@ WINDOW_MS = 10_000
 
 def rss_mib(pid: int) -> float:
     return tree_rss_kib(pid) / 1024
-
-
-class Watcher(threading.Thread):
-    """Polls Prometheus every second: when each global window of the watched models first appears."""
-
-    def __init__(self, prom_url: str) -> None:
-        super().__init__(daemon=True)
-        self.prom_url = prom_url
-        self.models: dict[str, str] = {}  # tag -> regex of the step's models
-        self.seen: dict[str, dict[int, float]] = {}  # tag -> window end ms -> first seen (unix s)
-        self.stop_event = threading.Event()
-
-    def watch(self, tag: str) -> None:
-        self.models[tag] = f".*-{tag}"
-        self.seen[tag] = {}
-
-    def run(self) -> None:
-        from infersight.simulator.prom import query
-
-        while not self.stop_event.wait(1.0):
-            for tag, regex in list(self.models.items()):
-                try:
-                    result = query(self.prom_url, f'infersight_window_requests{{region="global",'
-                                                  f'model=~"{regex}"}}[600s]', timeout_s=5)
-                except Exception:  # noqa: BLE001 - Prometheus busy: next poll
-                    continue
-                now = time.time()
-                seen = self.seen[tag]
-                for series in result:  # one per model and track: a window is in once any of them is
-                    for ts, _value in series["values"]:
-                        seen.setdefault(round(float(ts) * 1000), now)
 
 
 def window_lags(seen: dict[int, float], ends: set[int]) -> list[list[float]]:
@@ -99,20 +77,6 @@ def freshness(ledger, seen: dict[int, float]) -> tuple[float | None, float | Non
     return round(q(0.5), 2), round(q(0.99), 2), missing
 
 
-def counted(prom_url: str, tag: str) -> int:
-    from infersight.simulator.prom import query
-
-    result = query(prom_url, f'sum(infersight_requests_total{{region!="global",model=~".*-{tag}"}})')
-    return int(float(result[0]["value"][1])) if result else 0
-
-
-def fleet(tag: str, rate: float):
-    from infersight.simulator.fleet import DEFAULT_MODELS, FleetSpec
-
-    return FleetSpec(rate_rps=rate, models=tuple(dataclasses.replace(m, name=f"{m.name}-{tag}")
-                                                 for m in DEFAULT_MODELS), diurnal_amplitude=0.0)
-
-
 def own_cpu_s() -> float:
     """CPU seconds of this process's threads only (the stack's processes are its children)."""
     t = os.times()
@@ -123,7 +87,7 @@ def cpu_sample(pids: dict[str, int]) -> dict[str, tuple[int, float]]:
     return {name: (tree_ticks(pid), rss_mib(pid)) for name, pid in pids.items()}
 
 
-def run_step(stack, watcher: Watcher, rate: float, step_s: float, pids: dict[str, int]) -> dict[str, Any]:
+def run_step(stack, watcher: WindowWatcher, rate: float, step_s: float, pids: dict[str, int]) -> dict[str, Any]:
     from infersight.demo import endpoints_of
     from infersight.simulator.run import Simulator
 
@@ -145,21 +109,6 @@ def run_step(stack, watcher: Watcher, rate: float, step_s: float, pids: dict[str
     return {"tag": tag, "offered_rps": rate, "ledger": sim.ledger, "wall_s": wall, "delivered": delivered,
             "achieved_rps": round(sim.ledger.total / wall, 1), "max_behind_s": round(behind, 2),
             "cpu_cores": cpu, "peak_rss_mib": {k: round(v) for k, v in peak_rss.items()}}
-
-
-def settle(prom_url: str, steps: list[dict[str, Any]], keepalive, timeout_s: float) -> None:
-    """Wait (traffic still flowing from ``keepalive``) until every step's count stops changing."""
-    deadline, last, stable_since = time.monotonic() + timeout_s, None, time.monotonic()
-    while time.monotonic() < deadline:
-        now = [counted(prom_url, s["tag"]) for s in steps]
-        if all(n == s["ledger"].total for n, s in zip(now, steps, strict=True)):
-            return
-        if now != last:
-            last, stable_since = now, time.monotonic()
-        elif time.monotonic() - stable_since > 60:
-            return  # nothing moved for a minute: what is missing is lost
-        time.sleep(3)
-    del keepalive
 
 
 def bottleneck(step: dict[str, Any], cores: int) -> str:
@@ -229,7 +178,7 @@ def main() -> None:
         stack.up()
         jobs.deploy(stack.layout, state / "archive", log=lambda m: print(m, flush=True))
         pids = stack.running_components()
-        watcher = Watcher(stack.layout.prometheus_url)
+        watcher = WindowWatcher(stack.layout.prometheus_url)
         watcher.start()
         # a little traffic first so the jobs are warm and windows flow before the first step counts
         warm = Simulator(fleet("warm" + uuid.uuid4().hex[:4], 100), endpoints_of(stack), seed=1).start()
@@ -240,12 +189,12 @@ def main() -> None:
             print(f"[throughput] step {rate:,.0f} requests/s for {step_s:.0f} s", flush=True)
             step = run_step(stack, watcher, rate, step_s, pids)
             done.append(step)
-            # the next step's traffic closes this step's windows; judge the step once they are in
-            keep = Simulator(fleet("keep" + uuid.uuid4().hex[:4], 50), endpoints_of(stack), seed=2).start()
-            settle(stack.layout.prometheus_url, [step], keep, timeout_s=max(120.0, step_s))
+            # other traffic closes this step's windows; judge the step once they are in
+            keep = keep_event_time_moving(endpoints_of(stack), step["tag"])
+            settle(stack.layout.prometheus_url, {step["tag"]: step["ledger"]}, timeout_s=max(120.0, step_s))
             last_window = (step["ledger"].last_end_ns // 1_000_000 // WINDOW_MS + 1) * WINDOW_MS
             wait_seen = time.monotonic() + 30
-            while last_window not in watcher.seen[step["tag"]] and time.monotonic() < wait_seen:
+            while last_window not in watcher.first_seen(step["tag"]) and time.monotonic() < wait_seen:
                 time.sleep(1)
             keep.stop()
             row = judge(stack.layout.prometheus_url, watcher, step, args.max_freshness_s)
@@ -280,11 +229,12 @@ def main() -> None:
     print(json.dumps({k: v for k, v in result.items() if k != "steps"}, indent=2))
 
 
-def judge(prom_url: str, watcher: Watcher, step: dict[str, Any], max_freshness_s: float) -> dict[str, Any]:
+def judge(prom_url: str, watcher: WindowWatcher, step: dict[str, Any], max_freshness_s: float) -> dict[str, Any]:
     ledger = step["ledger"]
-    n = counted(prom_url, step["tag"])
-    p50, p99, missing = freshness(ledger, watcher.seen[step["tag"]])
-    lost, double = max(0, ledger.total - n), max(0, n - ledger.total)
+    seen = watcher.first_seen(step["tag"])
+    counts = tally(sent_per_series(ledger), counted_per_series(prom_url, step["tag"]))
+    n, lost, double = counts.counted, counts.lost, counts.double
+    p50, p99, missing = freshness(ledger, seen)
     not_held = [why for why, failed in (
         (f"{lost} requests lost", lost > 0), (f"{double} requests counted twice", double > 0),
         ("the simulator could not deliver its exports", not step["delivered"]),
@@ -297,7 +247,8 @@ def judge(prom_url: str, watcher: Watcher, step: dict[str, Any], max_freshness_s
            "requests_in_windows_never_seen": missing, "wall_s": round(step["wall_s"], 1),
            "max_behind_s": step["max_behind_s"], "held": held, "not_held_because": not_held,
            "cpu_cores": step["cpu_cores"], "peak_rss_mib": step["peak_rss_mib"],
-           "window_lag_s": window_lags(watcher.seen[step["tag"]],
+           "series_off": counts.to_json()["series_off"],
+           "window_lag_s": window_lags(seen,
                                        {(sec * 1000 // WINDOW_MS + 1) * WINDOW_MS for sec in ledger.by_second})}
     row["bottleneck"] = bottleneck(step, os.cpu_count() or 2)
     return row
