@@ -26,9 +26,11 @@ from pathlib import Path
 
 from infersight.stack import statefile
 from infersight.stack.restarts import RestartBook, describe_exit
+from infersight.stack.supervisor import SUPERVISOR
 
 POLL_S = 0.5
 RECONCILE_EVERY_S = 5.0
+ORPHAN_AFTER_S = 10.0  # exits once stack.json has not named it for this long (down, a wiped state folder)
 
 
 def log(msg: str) -> None:
@@ -60,7 +62,13 @@ class Watcher:
 
     def run(self) -> None:
         log(f"supervising {', '.join(self.components)} (back-off {self.book.policy})")
+        named_at = time.monotonic()
         while not self.stopping.is_set():
+            if self.stack._load().get(SUPERVISOR) == os.getpid():
+                named_at = time.monotonic()
+            elif time.monotonic() - named_at > ORPHAN_AFTER_S:
+                log("stack.json no longer names this supervisor (the stack went down, or its folder went): exiting")
+                break
             changed = self.poll(time.time())
             if changed:
                 self.save()
@@ -153,6 +161,8 @@ class Watcher:
                 os.kill(pid, signal.SIGKILL)
 
     def save(self) -> None:
+        if not self.book_path.parent.exists():
+            return
         statefile.write_json(self.book_path, {**self.book.to_json(), "supervisor_pid": os.getpid(),
                                               "updated_at": time.time()})
 
