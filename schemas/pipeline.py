@@ -36,6 +36,10 @@ LABEL_GPU_TYPE = "gpu_type"
 # each window has four levels: a deployment, a region (all deployments), a deployment everywhere, everything.
 DEPLOYMENT_LABELS = (LABEL_REGION, LABEL_MODEL, LABEL_MODEL_VERSION, LABEL_TRACK)
 ALL_DEPLOYMENTS = "all"  # the model, model_version and track of a roll-up over every deployment
+# Cardinality: past a label's bound on distinct values per time span, a value is folded into this one (the jobs'
+# counterpart of the OpenTelemetry SDK's overflow series, whose attribute is ``otel.metric.overflow=true``).
+OVERFLOW_VALUE = "_OTHER"
+OVERFLOW_ATTRIBUTE = "otel.metric.overflow"
 
 # --- cumulative counters (monotonic OTLP sums, one point per window end) ---
 REQUESTS = "infersight.requests"

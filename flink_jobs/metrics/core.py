@@ -5,7 +5,7 @@ is in ``job``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,15 @@ JOB = "infersight-metrics"
 
 
 def group_batch(records: list[Any], window_ms: int, watermark_ms: int,
-                rejected: list[tuple[Any, list[str]]] | None = None
+                rejected: list[tuple[Any, list[str]]] | None = None,
+                fold: Callable[[dict[str, Any]], dict[str, Any]] | None = None
                 ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
     """One batch of records -> ``{(series key, window end ms): records}`` and the late ones per series:
     those whose window has already fired at this watermark (Flink's rule: window end - 1 <= watermark).
     Late records stay grouped too: a backlog arriving late must not become one element (and one metrics
     message) per request. An item that breaks the contract (``record_problems``) is never grouped: it goes
-    to ``rejected`` as ``(item, problems)`` (the job dead-letters it)."""
+    to ``rejected`` as ``(item, problems)`` (the job dead-letters it). ``fold`` (a ``LabelLimiter``'s) may
+    replace a valid record's labels past their cardinality bound by ``_OTHER`` before it is keyed."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late: dict[str, list[dict[str, Any]]] = {}
     for record in records:
@@ -45,6 +47,8 @@ def group_batch(records: list[Any], window_ms: int, watermark_ms: int,
             if rejected is not None:
                 rejected.append((record, problems))
             continue
+        if fold is not None:
+            record = fold(record)
         end = window_end_of_ns(record["end_ns"], window_ms)
         if fired(end, watermark_ms):
             late.setdefault(series_key(record), []).append(record)
@@ -59,7 +63,8 @@ def group_batch(records: list[Any], window_ms: int, watermark_ms: int,
 
 
 def group_gauges(gauges: list[Any], window_ms: int, watermark_ms: int,
-                 rejected: list[tuple[Any, list[str]]] | None = None
+                 rejected: list[tuple[Any, list[str]]] | None = None,
+                 fold: Callable[[dict[str, Any]], dict[str, Any]] | None = None
                  ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], int]:
     """One batch of pod gauge points -> ``{(deployment key, window end ms): points}``, each point under its
     deployment and that deployment's roll-ups (``keys.deployment_rollups``: its region, everywhere,
@@ -76,6 +81,8 @@ def group_gauges(gauges: list[Any], window_ms: int, watermark_ms: int,
             if rejected is not None:
                 rejected.append((gauge, problems))
             continue
+        if fold is not None:
+            gauge = fold(gauge)
         end = window_end_of_ns(gauge["time_ns"], window_ms)
         if fired(end, watermark_ms):
             late += 1
