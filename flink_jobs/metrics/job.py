@@ -26,17 +26,20 @@ JOB = core.JOB
 
 
 def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s: float, idle_s: float,
-          pricing: core.Pricing, exactly_once: bool = True) -> None:
+          pricing: core.Pricing, exactly_once: bool = True, max_label_values: str = "",
+          label_span_s: float = 3600.0) -> None:
     from pyflink.common import Time, Types
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
     from pyflink.datastream.window import TumblingEventTimeWindows
 
+    from infersight.flink_jobs.common.cardinality import GAUGE_LABELS, REQUEST_LABELS, limits_of
     from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source
     from infersight.flink_jobs.metrics import functions as F
     from infersight.flink_jobs.metrics.window_stats import window_of_facts
 
     window_ms = int(window_s * 1000)
+    span_ms = int(label_span_s * 1000)
     window_ns = window_ms * MS
     def windows():  # a fresh assigner per window: a used one holds an unpicklable Java handle
         return TumblingEventTimeWindows.of(Time.milliseconds(window_ms))
@@ -52,7 +55,8 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     late_tag = OutputTag("late", pickled())
     dlq_tag = OutputTag("dlq", Types.STRING())  # what cannot be parsed or validated, as DLQ records
     groups = (source(REQUESTS.name, "requests")
-              .process(F.PreAggregate(window_ms, OutputTag("late", pickled()), OutputTag("dlq", Types.STRING())),
+              .process(F.PreAggregate(window_ms, OutputTag("late", pickled()), OutputTag("dlq", Types.STRING()),
+                                      limits_of(max_label_values, REQUEST_LABELS), span_ms),
                        output_type=pickled())
               .name("pre-aggregate"))
     regional = (groups.key_by(F.first, key_type=Types.STRING())
@@ -75,8 +79,10 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))
 
     # ---- pods: roll-ups per deployment, region and everywhere, and cost; unit cost joins cost with output tokens ----
-    pods = (source(PODS.name, "pods").process(F.PreAggregatePods(window_ms, OutputTag("dlq", Types.STRING())),
-                                              output_type=pickled()).name("parse-pods"))
+    pods = (source(PODS.name, "pods")
+            .process(F.PreAggregatePods(window_ms, OutputTag("dlq", Types.STRING()),
+                                        limits_of(max_label_values, GAUGE_LABELS), span_ms),
+                     output_type=pickled()).name("parse-pods"))
     pod_windows = (pods.key_by(F.first, key_type=Types.STRING())
                    .process(F.WindowGroups(core.merged_pod_windows), output_type=pickled()).name("pod-windows"))
     pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
@@ -112,6 +118,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-s", type=float, default=30.0,
                         help="a source partition silent this long is idle (keep it above the checkpoint interval: "
                              "read_committed readers get each transaction's records at once, at checkpoints)")
+    parser.add_argument("--max-label-values", default="",
+                        help="cardinality bound: distinct values a label may take within --label-span-s before "
+                             "further ones fold into _OTHER (counted per label in the folded_<label> Flink "
+                             "metric); N for every label or label=N,... for region, model, model_version, "
+                             "error_type (default 1000 each)")
+    parser.add_argument("--label-span-s", type=float, default=3600.0,
+                        help="a label value unseen this long frees its place in the bound")
     parser.add_argument("--pricing", default=None, help="GPU $/hour JSON (default: the packaged pricing.json)")
     parser.add_argument("--checkpoint-s", type=float, default=2.0,
                         help="checkpoint interval: a closed window's metrics reach the sink (a read_committed "
@@ -122,7 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, args.window_s, args.out_of_orderness_s, args.idle_s,
-          core.Pricing.load(args.pricing))
+          core.Pricing.load(args.pricing), max_label_values=args.max_label_values,
+          label_span_s=args.label_span_s)
     env.execute(JOB)
 
 
