@@ -14,12 +14,14 @@ from typing import Any
 
 
 def git_commit() -> str:
-    """The commit the working tree is at, with ``-dirty`` when it holds uncommitted changes to tracked files."""
+    """The commit the working tree is at, with ``-dirty`` when it holds uncommitted changes to tracked files
+    (results files aside: one benchmark's fresh results must not mark the next one's run dirty)."""
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)bench/results"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
