@@ -22,6 +22,7 @@ from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 from infersight.schemas.records import RequestRecord
 from infersight.schemas.topics import LATE, METRICS, REQUESTS
+from infersight.schemas.units import NS
 from infersight.stack import jobs as flink
 from tests.integration.pipeline_util import (
     Jobs,
@@ -36,7 +37,6 @@ from tests.support.sample_requests import sample_records
 REQUESTS_TOTAL, WINDOW_REQUESTS, LATE_TOTAL = P.prom(P.REQUESTS), P.prom(P.WINDOW_REQUESTS), P.prom(P.LATE_RECORDS)
 
 pytestmark = pytest.mark.integration
-NS = 1_000_000_000
 WINDOW_S = 10
 
 

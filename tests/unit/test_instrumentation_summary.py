@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from infersight.instrumentation.summary import ItlSummary, RequestSummary, summarise
 from infersight.schemas import attributes as A
 from infersight.schemas.contract import ITL_FIELDS, REQUEST_FIELDS
+from infersight.schemas.units import MS
 from tests.unit.test_instrumentation_spans import Harness, run_request
 
-MS = 1_000_000
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -21,12 +21,11 @@ from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
 from infersight.flink_jobs.normalize.span_records import Rejected, records_from_payload
 from infersight.instrumentation import Instrumentation
 from infersight.instrumentation.config import Settings
+from infersight.schemas.units import NS
 from infersight.simulator.encode import ENGINE, Encoder, gauges, resource_attributes
 from infersight.simulator.fleet import FleetSpec, Perturbation
 from infersight.simulator.ledger import Ledger
 from infersight.simulator.workload import ALL_ERRORS, Fleet, pod_gauges, step_gap_list, step_gaps
-
-NS = 1_000_000_000
 
 
 def decode_all(payloads: dict[str, list[bytes]], now_ns: int) -> dict[str, object]:
