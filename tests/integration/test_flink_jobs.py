@@ -68,6 +68,11 @@ def kill_task_manager(stack) -> None:
     stack.up()  # starts what is not running; the jobs restart from their last checkpoints
 
 
+# The latest event time any flusher of this session produced: the jobs' watermarks may stand there, so a
+# later test that needs its records on time places them after it (each poll moves a flusher 5 s ahead).
+_FLUSHED_TO_NS = [0]
+
+
 class Flusher:
     """Requests in a throwaway model, each later in event time than the last, so that every earlier
     window closes. A restarted job's watermark starts over and moves only with new records, so the
@@ -78,6 +83,7 @@ class Flusher:
 
     def __call__(self) -> None:
         produce_requests(self.bootstrap, batch(f"flush-{uuid.uuid4().hex[:6]}", 1, self.at, seed=1))
+        _FLUSHED_TO_NS[0] = max(_FLUSHED_TO_NS[0], self.at)
         self.at += 5 * NS
 
 
@@ -437,9 +443,10 @@ def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, 
     bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
     tag = uuid.uuid4().hex[:6]
     region, model, flush_region = f"pods-{tag}", f"pods-{tag}", f"pods-flush-{tag}"
-    # A window two minutes ahead: earlier tests' flushers and lead records moved the requests' watermark
-    # past now (normalize accepts ends up to 10 min ahead).
-    start = (time.time_ns() // (WINDOW_S * NS) + 12) * WINDOW_S * NS
+    # A window ahead of every earlier test's flushers and lead records, which moved the watermarks past now
+    # (two minutes ahead at least; the poison test alone may flush for minutes).
+    ahead = max(time.time_ns() + 12 * WINDOW_S * NS, _FLUSHED_TO_NS[0] + 3 * WINDOW_S * NS)
+    start = (ahead // (WINDOW_S * NS) + 1) * WINDOW_S * NS
     end_s = start / NS + WINDOW_S
 
     def pod(name: str, track: str, version: str, gpus: int, **gauges) -> dict:
