@@ -103,7 +103,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     stack = _stack(args)
     rows = stack.status()
-    if not any(r.running for r in rows):
+    if not any(r.running for r in rows) and not stack.supervisor_pid():
         print(f"stack '{stack.state_dir.name}' is not running ({stack.state_dir})")
         return 1
     restarted = stack.ensure_supervisor()  # a stack that runs is supervised: start a supervisor that went missing
@@ -118,7 +118,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if r.restart_in_s is not None:
             print(f"  {r.name}: {r.last_exit}; restarting in {r.restart_in_s:.0f} s (back-off)")
         elif r.restarts and r.last_exit:
-            print(f"  {r.name}: restarted {r.restarts} time(s); the last one {r.last_exit}")
+            print(f"  {r.name}: restarted {r.restarts} time(s); last exit: {r.last_exit}")
     policy = stack.restart_book().policy
     how = "started now (it was not running)" if restarted else "running"
     print(f"supervisor: {how} (pid {stack.supervisor_pid()}); restarts a component that dies after "

@@ -107,11 +107,12 @@ class RestartBook:
 
 
 def describe_exit(status: int | None) -> str:
-    """``os.waitpid``'s status as words: "killed by SIGKILL", "exit code 1"; None (not our child): "exited"."""
+    """``os.waitpid``'s status as words: "killed by SIGKILL", "exit code 1"; None (a process the supervisor did
+    not start, whose status it cannot read): "exited (status unknown)"."""
     import os
 
     if status is None:
-        return "exited"
+        return "exited (status unknown)"
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:

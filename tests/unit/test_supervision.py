@@ -94,7 +94,7 @@ def test_exit_statuses_read_as_words():
     proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     _, status = os.waitpid(proc.pid, 0)
     assert describe_exit(status) == "exit code 3"
-    assert describe_exit(None) == "exited"
+    assert describe_exit(None) == "exited (status unknown)"
 
 
 def test_the_state_lock_serialises_read_modify_write(tmp_path):
