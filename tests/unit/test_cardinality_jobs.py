@@ -64,3 +64,28 @@ def test_limits_of_reads_one_bound_or_per_label_bounds():
     assert limits_of("50", REQUEST_LABELS) == dict.fromkeys(REQUEST_LABELS, 50)
     assert limits_of("model=20,error_type=8", REQUEST_LABELS) == {"region": 1000, "model": 20,
                                                                    "model_version": 1000, "error_type": 8}
+
+
+def test_keys_round_trip_any_label_value_and_keep_plain_names_unchanged():
+    """Label values come from pods: one holding the keys' separator (or its escape) still makes a key of one
+    field per label, read back exactly; a key of ordinary names is the plain join it always was."""
+    plain = {"region": "us-east-1", "model": "llama", "model_version": "v1", "track": "canary", "engine": "vllm"}
+    key = keys.series_key(plain)
+    assert key == keys.SEP.join(plain.values())
+    assert keys.labels_of(key) == {**plain}
+    hostile = ["a\x1fb", "\x1f", "\x1e", "\x1e0", "\x1e1", "x\x1e1\x1fy", "\x1f\x1e\x1f", "é😀", "stable"]
+    for value in hostile:
+        for label in ("region", "model", "model_version", "track", "engine"):
+            record = {**plain, label: value}
+            key = keys.series_key(record)
+            assert keys.labels_of(key) == record, (label, value)
+            assert keys.region_of(key) == record["region"]
+            assert keys.labels_of(keys.global_key(key))["region"] == "global"
+            assert keys.split_timed_key(keys.timed_key(key, 123)) == (key, 123)
+            deployment = keys.deployment_of_series(key)
+            assert deployment == keys.deployment_key(record)
+            assert keys.deployment_labels(deployment) == {k: record[k] for k in ("region", "model", "model_version",
+                                                                                 "track")}
+            for rollup in keys.deployment_rollups(deployment):
+                assert len(keys.deployment_labels(rollup)) == 4
+    assert len({keys.series_key({**plain, "model": v}) for v in hostile}) == len(hostile)  # distinct stay distinct

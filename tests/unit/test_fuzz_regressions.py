@@ -20,9 +20,6 @@ from infersight.schemas import metrics as M
 
 # Open findings by signature (bench.fuzz.signature), each with the bug it stands for.
 OPEN = {
-    # record_batches, otlp_metrics: a label value holding the keys' separator
-    "ValueError at flink_jobs/common/keys.py:labels_of": "a model name holding U+001F, the series keys' separator",
-    "ValueError at flink_jobs/common/keys.py:deployment_labels": "a pod label holding U+001F, the keys' separator",
     # attributes
     "UnicodeEncodeError at instrumentation/otlp_encoder.py:_span": "a lone surrogate in a span name",
     "AttributeError at instrumentation/otlp_encoder.py:_span": "a stage name that is not a string",
@@ -74,9 +71,6 @@ def test_a_record_validate_accepts_never_fails_the_metrics_job():
     expect_fixed("record_batches", b"[" + VALID + b',"engine":5}]')
 
 
-@pytest.mark.xfail(strict=True, reason="a model name holding U+001F (the series keys' separator) passes the normaliser "
-                                       "and validate/record_problems; at the window the metrics job's "
-                                       "common.keys.labels_of splits the key into six fields and raises ValueError")
 def test_a_unit_separator_in_a_model_name_does_not_fail_the_metrics_job():
     expect_fixed("record_batches", b"[" + VALID.replace(b'"model":"m"', b'"model":"a\\u001fb"') + b"}]")
 
@@ -105,9 +99,6 @@ def test_a_pod_gauge_from_the_far_future_does_not_fail_the_pod_roll_up():
     expect_fixed("otlp_metrics", _gauge(1.0, 2**64 - 1))
 
 
-@pytest.mark.xfail(strict=True, reason="a pod's region, model or model version holding U+001F (the keys' separator) "
-                                       "passes normalize/pod_gauges and gauge_problems; the metrics job's encode_pods "
-                                       "splits the deployment key into too many fields (common.keys.deployment_labels)")
 @pytest.mark.parametrize("attribute", ["cloud.region", "gen_ai.request.model", "infersight.model.version"])
 def test_a_unit_separator_in_a_pod_label_does_not_fail_the_pod_roll_up(attribute):
     resource = {"cloud.region": "us-east-1", "gen_ai.request.model": "m", attribute: "a\x1fb"}
