@@ -34,6 +34,7 @@ from infersight.instrumentation.request import RedactHook, RequestContext, Stage
 from infersight.instrumentation.selftelemetry import BAD_TYPE, SelfTelemetry
 from infersight.instrumentation.spans import Root, SpanSink
 from infersight.instrumentation.summary import RequestSummary, build_record, root_attributes
+from infersight.instrumentation.text import as_text, is_text
 from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas.attributes import OTHER_VALUE, SCOPE_NAME, SCOPE_VERSION
@@ -118,10 +119,14 @@ class Instrumentation:
 
     def _series_for(self, model: str, operation: str, error_type: str | None) -> tuple:
         """The request's metric handles (duration, TTFT, TPOT, ITL p99, queue, input and output tokens) by model,
-        operation and error type, and the attributes recorded as ``_OTHER`` (None: none): resolved once per
-        key and period (``_resolve_series``), a dict lookup per request."""
+        operation and error type, the attributes recorded as ``_OTHER`` (None: none) and the labels that replace
+        bad ones (None: none; see ``_replaced_series``): resolved once per key and period
+        (``_resolve_series``), a dict lookup per request."""
         key = (model, operation, error_type)
-        cached = self._series_cache.get(key)
+        try:
+            cached = self._series_cache.get(key)
+        except TypeError:  # an unhashable label (the operation is the caller's, unchecked): bad input, counted there
+            cached = None
         if cached is None:
             cached = self._resolve_series(key)
         return cached
@@ -131,6 +136,8 @@ class Instrumentation:
         (``cardinality``), then the series of the attribute set. Cached only when nothing was folded, so a
         folded key comes back here (and a period's end is seen) until a later period admits its values."""
         model, operation, error_type = key
+        if not (is_text(model) and is_text(operation) and (error_type is None or is_text(error_type))):
+            return self._replaced_series(model, operation, error_type)
         bounds = self._bounds
         generation = bounds.generation
         model_ok = bounds.admit(A.GEN_AI_REQUEST_MODEL, model)
@@ -140,7 +147,7 @@ class Instrumentation:
             self._folded_cache.clear()
             generation = bounds.generation
         if model_ok and error_ok:
-            cached = (*self._new_series(model, operation, error_type), None)
+            cached = (*self._new_series(model, operation, error_type), None, None)
             cache = self._series_cache
         else:
             folded = (A.GEN_AI_REQUEST_MODEL,) if not model_ok else ()
@@ -151,12 +158,34 @@ class Instrumentation:
             cached = self._folded_cache.get(key)
             if cached is not None:
                 return cached
-            cached = (*self._new_series(model, operation, error_type), folded)
+            cached = (*self._new_series(model, operation, error_type), folded, None)
             cache = self._folded_cache
         # bounded: models x operations x error types; never across a period's end (a racing request's admission)
         if len(cache) < 10_000 and bounds.generation == generation:
             cache[key] = cached
         return cached
+
+    def _replaced_series(self, model: Any, operation: Any, error_type: Any) -> tuple:
+        """``_resolve_series`` for labels that are not text both OTLP encoders can write (``text.is_text``): a
+        model or error type with a lone surrogate (which becomes U+FFFD), an operation that is not a string (the
+        instrumentation's default operation instead). Each is counted as ``bad_type``, per request (never cached
+        under the bad key), and the request is recorded with the replacements: its metrics, spans and record."""
+        bad_input = self.self_telemetry.bad_input
+        if not is_text(model):
+            bad_input(BAD_TYPE, f"request model {model!r:.100} is not valid text; lone surrogates recorded as U+FFFD")
+            model = as_text(model)
+        if not isinstance(operation, str):
+            bad_input(BAD_TYPE, f"request operation {operation!r:.100} is not a string; recorded as "
+                      f"{self.operation!r:.100}")
+            operation = as_text(self.operation)
+        elif not is_text(operation):
+            bad_input(BAD_TYPE, f"request operation {operation!r:.100} is not valid text; lone surrogates recorded "
+                      "as U+FFFD")
+            operation = as_text(operation)
+        if error_type is not None and not is_text(error_type):
+            bad_input(BAD_TYPE, f"error type {error_type!r:.100} is not valid text; lone surrogates recorded as U+FFFD")
+            error_type = as_text(error_type)
+        return (*self._series_for(model, operation, error_type)[:-1], (model, operation, error_type))
 
     def _new_series(self, model: str, operation: str, error_type: str | None) -> tuple:
         """The seven metric handles of one attribute set (the bank is the meter provider's, shared by every
@@ -179,8 +208,10 @@ class Instrumentation:
         sampled trace: root and ``stages``, root ``events``) or its record-only root span, and the record
         (``on_record``). ``content``: captured prompt and completion attributes; ``wall_offset`` turns the
         stages' clock into wall-clock ns."""
-        duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out, folded = self._series_for(
+        duration, ttft, tpot, itl_p99, queue, tokens_in, tokens_out, folded, replaced = self._series_for(
             s.model, s.operation, s.error_type)
+        if replaced is not None:  # bad labels (counted): the spans and the record carry their replacements too
+            s.model, s.operation, s.error_type = replaced
         obs = [(duration, s.e2e_s), (tokens_out, s.tokens_out)]
         add = obs.append
         if s.error_type is None:  # semconv: TTFT and TPOT describe successful responses
@@ -205,12 +236,14 @@ class Instrumentation:
             attrs = root_attributes(s, self._base_span_attrs, content)
             if folded is not None:  # the span keeps the real values and says which ones its metrics folded
                 attrs[A.CARDINALITY_FOLDED] = folded
-            self.spans.current().emit(root, root.name, s.start_ns, s.end_ns, attrs, events, s.error_type, spans)
+            name = root.name if replaced is None else self.span_name(s.model, s.operation)
+            self.spans.current().emit(root, name, s.start_ns, s.end_ns, attrs, events, s.error_type, spans)
         elif root is not None and self.settings.request_records:
             attrs = root_attributes(s, self._base_span_attrs, content)
             if folded is not None:
                 attrs[A.CARDINALITY_FOLDED] = folded
-            self.spans.current().emit_record(root, root.name, s.start_ns, s.end_ns, attrs, s.error_type)
+            name = root.name if replaced is None else self.span_name(s.model, s.operation)
+            self.spans.current().emit_record(root, name, s.start_ns, s.end_ns, attrs, s.error_type)
         if self.on_record is not None:
             self.on_record(self.request_record(s, root))
 

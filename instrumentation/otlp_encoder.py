@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from infersight.instrumentation.text import as_text
 from infersight.schemas import otlp_wire as w
 from infersight.schemas.otlp_wire import SMALL_VARINTS, field, pack_fixed32, span_times, varint
 
@@ -41,6 +42,16 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     return b"".join(parts)
 
 
+def _utf8(text: Any) -> bytes:
+    """A span's (or event's) name or status message as UTF-8. Our own requests' names are valid text already;
+    another library's span on the same provider may not be: a lone surrogate becomes U+FFFD and a non-string
+    its ``str`` (``text.as_text``), so one span never fails the export batch."""
+    try:
+        return text.encode()
+    except Exception:  # noqa: BLE001 - UnicodeEncodeError, or AttributeError on a non-string
+        return as_text(text).encode()
+
+
 def _flags(context: Any) -> int:
     """Span.flags as the SDK's ``_span_flags`` sets them (from the parent's, or a link's, context)."""
     return _HAS_IS_REMOTE | _IS_REMOTE if context is not None and context.is_remote else _HAS_IS_REMOTE
@@ -62,7 +73,7 @@ def _span(span: Any) -> bytes:
         out += parent.span_id.to_bytes(8, "big")
     name = span.name
     if name:
-        out += field(w.SPAN_NAME, name.encode())
+        out += field(w.SPAN_NAME, _utf8(name))
     out += w.SPAN_KIND + SMALL_VARINTS[span.kind.value + 1]  # the SDK's enum counts from 0, OTLP's from 1
     out += span_times(span.start_time, span.end_time)
     out += _attributes(w.SPAN_ATTRIBUTE, span.attributes)
@@ -72,7 +83,7 @@ def _span(span: Any) -> bytes:
     for event in span.events:
         body = w.EVENT_TIME + w.pack_fixed64(event.timestamp)
         if event.name:
-            body += field(w.EVENT_NAME, event.name.encode())
+            body += field(w.EVENT_NAME, _utf8(event.name))
         body += _attributes(w.EVENT_ATTRIBUTE, event.attributes)
         if event.dropped_attributes:
             body += w.EVENT_DROPPED_ATTRIBUTES + varint(event.dropped_attributes)
@@ -89,7 +100,7 @@ def _span(span: Any) -> bytes:
         out += w.SPAN_DROPPED_LINKS + varint(span.dropped_links)
     status = span.status
     if status is not None:
-        body = field(w.STATUS_MESSAGE, status.description.encode()) if status.description else b""
+        body = field(w.STATUS_MESSAGE, _utf8(status.description)) if status.description else b""
         code = status.status_code.value
         out += field(w.SPAN_STATUS, body + (w.STATUS_CODE + varint(code) if code else b""))
     out += w.SPAN_FLAGS + pack_fixed32(_flags(parent))

@@ -19,6 +19,7 @@ from opentelemetry import propagate
 from infersight.instrumentation import selftelemetry as bad
 from infersight.instrumentation.spans import context_ops
 from infersight.instrumentation.summary import RequestSummary, summarise
+from infersight.instrumentation.text import as_text, is_text
 from infersight.schemas import attributes as A
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT, SAFETY_CHECK_EVENT
 from infersight.schemas.records import FINISH_REASONS, RequestRecord
@@ -86,19 +87,27 @@ class Stage:
             self.end_ns = self._inst.clock()
 
     def set_attribute(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):  # an attribute key must be a string (an unhashable one would raise here)
+            self._inst.self_telemetry.bad_input(bad.BAD_TYPE, f"set_attribute() key {key!r:.80} is not a string; "
+                                                "attribute dropped")
+            return
         if self.attributes is None:
             self.attributes = {A.STAGE: self.name}
         self.attributes[key] = value
 
     def verdict(self, verdict: str, check: str | None = None) -> None:
         """A guardrail verdict (pass, flag, block); the stage keeps the most severe one seen."""
-        if verdict not in _SEVERITY:
+        try:
+            severity = _SEVERITY.get(verdict)
+        except TypeError:  # unhashable: not a verdict either
+            severity = None
+        if severity is None:
             self._inst.self_telemetry.bad_input(
-                bad.UNKNOWN_VALUE, f"safety verdict {verdict!r} is not one of {A.SAFETY_VERDICTS}")
+                bad.UNKNOWN_VALUE, f"safety verdict {verdict!r:.80} is not one of {A.SAFETY_VERDICTS}")
             return
         attrs = self.attributes if self.attributes is not None else {}
         current = attrs.get(A.SAFETY_VERDICT)
-        if current is None or _SEVERITY[verdict] > _SEVERITY[current]:
+        if current is None or severity > _SEVERITY[current]:
             self.set_attribute(A.SAFETY_VERDICT, verdict)
         if self.context is not None:
             event_attrs = {A.SAFETY_VERDICT: verdict, A.SAFETY_DIRECTION: attrs.get(A.SAFETY_DIRECTION, "")}
@@ -207,7 +216,11 @@ class RequestContext:
     # ---- stages ----
     def stage(self, name: str, **attributes: Any) -> Stage:
         """Open a stage span now; close it by leaving the ``with`` block or calling ``.end()``."""
-        if attributes or not self._quiet or name not in _STAGE_SET:
+        try:
+            other = attributes or not self._quiet or name not in _STAGE_SET
+        except TypeError:  # an unhashable name: _open counts it
+            other = True
+        if other:
             return self._open(name, {A.STAGE: name, **attributes} if attributes else None)
         # A well-formed stage of a sampled-out request (every stage of most requests): _open, inlined.
         stage = _new_stage(Stage)
@@ -231,8 +244,14 @@ class RequestContext:
         started = self._state == _STARTED
         if not started:
             self._bad(bad.NOT_STARTED if self._state == _NEW else bad.AFTER_FINISH, f"stage({name!r})")
-        if name not in _STAGE_SET:
-            self._bad(bad.UNKNOWN_STAGE, f"stage {name!r} is not one of {STAGES}")
+        try:
+            known = name in _STAGE_SET
+        except TypeError:  # unhashable
+            known = False
+        if not known:
+            name = self._unknown_stage(name)
+            if attrs is not None:
+                attrs[A.STAGE] = name
         stage = _new_stage(Stage)  # five per request: slot stores here cost less than an __init__ call
         stage.name, stage.start_ns, stage.end_ns, stage.attributes = name, now, None, attrs
         stage._inst, stage._token = self._inst, None
@@ -246,6 +265,15 @@ class RequestContext:
         if started:
             self._stages.append(stage)
         return stage
+
+    def _unknown_stage(self, name: Any) -> str:
+        """A stage name not among ``STAGES``, counted: a string is kept (lone surrogates replaced, so both OTLP
+        encoders can write the span), anything else is counted as a bad type and named by its ``str``."""
+        if isinstance(name, str):
+            self._bad(bad.UNKNOWN_STAGE, f"stage {name!r:.80} is not one of {STAGES}")
+            return name if is_text(name) else as_text(name)
+        self._bad(bad.BAD_TYPE, f"stage name {name!r:.80} is not a string; named by its str()")
+        return as_text(name)
 
     def end_stage(self, name: str) -> None:
         """Close the latest open stage called ``name`` (for stages that end in another callback)."""
@@ -370,7 +398,10 @@ class RequestContext:
             return
         attrs: dict[str, Any] = {A.GEN_AI_EVALUATION_NAME: name, A.EVALUATION_SAMPLE_RATE: float(sample_rate)}
         if score_value is not None:
-            attrs[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(score_value)
+            try:
+                attrs[A.GEN_AI_EVALUATION_SCORE_VALUE] = float(score_value)
+            except Exception:  # noqa: BLE001 - ValueError, TypeError, OverflowError, a hostile __float__
+                self._bad(bad.BAD_TYPE, f"evaluation score {score_value!r:.80} is not a number; recorded without it")
         if score_label is not None:
             attrs[A.GEN_AI_EVALUATION_SCORE_LABEL] = score_label
         if explanation is not None:

@@ -67,6 +67,16 @@ CASES = {
     "mark_tokens_out_of_order": (kinds.NEGATIVE_DURATION,
                                  lambda req, h: (req.first_token(), req.mark_tokens([h.clock.now + 9, h.clock.now]))),
     "mark_tokens_after_finish": (kinds.AFTER_FINISH, lambda req, h: (req.finish(), req.mark_tokens([h.clock.now]))),
+    "unhashable_verdict": (kinds.UNKNOWN_VALUE, lambda req, h: req.safety("input").verdict(["pass"])),
+    "unhashable_stage_name": (kinds.BAD_TYPE, lambda req, h: req.stage(["queue"]).end()),
+    "stage_name_not_a_string": (kinds.BAD_TYPE, lambda req, h: req.stage(0.0, k=1).end()),
+    "unknown_stage_with_a_lone_surrogate": (kinds.UNKNOWN_STAGE, lambda req, h: req.stage("warm\ud800").end()),
+    "unhashable_attribute_key": (kinds.BAD_TYPE, lambda req, h: req.stage("queue").set_attribute(["k"], 1)),
+    "attribute_key_not_a_string": (kinds.BAD_TYPE, lambda req, h: req.stage("queue").set_attribute(5, 1)),
+    "evaluation_score_not_a_number": (kinds.BAD_TYPE, lambda req, h: req.evaluation("relevance", "high")),
+    "evaluation_score_a_list": (kinds.BAD_TYPE, lambda req, h: req.evaluation("relevance", [0.5])),
+    "evaluation_score_too_big": (kinds.BAD_TYPE, lambda req, h: req.evaluation("relevance", 10**400)),
+    "error_type_with_a_lone_surrogate": (kinds.BAD_TYPE, lambda req, h: req.error("boom\udfff")),
 }
 
 
@@ -82,6 +92,62 @@ def test_bad_input_is_counted_not_raised_and_the_request_completes(case):
     assert errors.get(kind) == 1, errors
     assert requests[M.GEN_AI_SERVER_REQUEST_DURATION] == 1
     assert validate(req.record()) == []
+
+
+def _encoded_by_both(exporter) -> list:
+    """The exported spans through our OTLP encoder and the SDK's (each raises on a span it cannot write)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
+
+    from infersight.instrumentation.otlp_encoder import encode_spans
+
+    spans = exporter.get_finished_spans()
+    sdk_encode_spans(spans).SerializeToString()
+    encode_spans(spans)
+    return spans
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_bad_request_labels_are_counted_and_replaced_and_the_request_is_recorded(sampled):
+    """A model or error type UTF-8 cannot write (a lone surrogate) and an operation that is not a string (here
+    unhashable): each counted as bad_type, per request; the request keeps its metrics, spans and record, with
+    U+FFFD for the surrogates and the default operation."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    h = make(tracer_provider=TracerProvider(sampler=ALWAYS_ON if sampled else ALWAYS_OFF))
+    for _ in range(2):
+        with h.inst.request("llama\ud800", operation={"name": "chat"}) as req:
+            with req.stage("queue"):
+                h.clock.ms(1)
+            req.error("boom\udfff")
+            req.finish("error")
+    errors, requests = counts(h.reader)
+    assert errors == {kinds.BAD_TYPE: 2 * 3}, errors
+    assert requests[M.GEN_AI_SERVER_REQUEST_DURATION] == 2
+    spans = _encoded_by_both(h.exporter)
+    root = next(s for s in spans if s.parent is None or s.name.startswith("chat"))
+    assert root.name == "chat llama\ufffd"
+    assert root.attributes[A.GEN_AI_REQUEST_MODEL] == "llama\ufffd" and root.attributes[A.ERROR_TYPE] == "boom\ufffd"
+    assert root.attributes[A.GEN_AI_OPERATION_NAME] == "chat"
+    assert len(spans) == (4 if sampled else 2)
+    record = req.record()
+    assert validate(record) == [] and record.model == "llama\ufffd" and record.error_type == "boom\ufffd"
+    data = h.reader.get_metrics_data()
+    models = {point.attributes.get(A.GEN_AI_REQUEST_MODEL) for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics if m.name == M.GEN_AI_SERVER_REQUEST_DURATION for point in m.data.data_points}
+    assert models == {"llama\ufffd"}
+
+
+def test_odd_stage_names_make_spans_both_encoders_write():
+    h = make()
+    with h.inst.request("llama") as req:
+        req.stage(0.0).end()
+        req.stage(["queue"], k=1).end()
+        with req.stage("warm\ud800") as stage:
+            stage.set_attribute("k", 1)
+    names = sorted(s.name for s in _encoded_by_both(h.exporter))
+    assert names == ["0.0", "['queue']", "chat llama", "warm\ufffd"]
+    errors, _ = counts(h.reader)
+    assert errors == {kinds.BAD_TYPE: 2, kinds.UNKNOWN_STAGE: 1}
 
 
 def test_finish_and_tokens_without_start():

@@ -136,6 +136,28 @@ def test_an_attribute_that_cannot_be_encoded_is_left_out_as_the_sdk_does(caplog)
     assert "huge" not in {kv.key for kv in ours.resource_spans[0].scope_spans[0].spans[0].attributes}
 
 
+def test_a_span_name_or_message_utf8_cannot_write_never_fails_the_batch():
+    """Another library's span on the provider with a lone surrogate (or a non-string) for a name, event name or
+    status message: written with U+FFFD (or its str), and the other spans of the batch go out as they are."""
+    from opentelemetry.sdk.trace import Event
+
+    spans = _sdk_spans()
+    before = {s.span_id: s for rs in _ours(spans).resource_spans for ss in rs.scope_spans for s in ss.spans}
+    first, second = spans[0], spans[1]
+    first._name = "name\ud800"
+    first._status = Status(StatusCode.ERROR, "bad\udfff")
+    first._events = (Event("ev\ud800", {}, 5),)
+    second._name = 7
+    ours = ExportTraceServiceRequest.FromString(encode_spans(spans))
+    after = {s.span_id: s for rs in ours.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    assert after.keys() == before.keys()
+    one, two = (after[s.context.span_id.to_bytes(8, "big")] for s in (first, second))
+    assert (one.name, one.status.message, [e.name for e in one.events]) == ("name\ufffd", "bad\ufffd", ["ev\ufffd"])
+    assert two.name == "7"
+    changed = {first.context.span_id.to_bytes(8, "big"), second.context.span_id.to_bytes(8, "big")}
+    assert all(after[k] == before[k] for k in after.keys() - changed)
+
+
 def test_exporter_delivers_to_a_real_otlp_grpc_receiver():
     sink = OtlpSink(keep=True).start()
     try:
