@@ -164,6 +164,18 @@ def cmd_test(args: argparse.Namespace) -> int:
     return subprocess.call(cmd, cwd=REPO_ROOT, env=env)
 
 
+def cmd_detect(args: argparse.Namespace) -> int:
+    """``detect replay``: window-stats CSV through the detect job's own core, incidents as JSON lines."""
+    import json
+
+    from infersight.flink_jobs.detect.replay import replay_file
+
+    events = Path(args.events) if args.events else None
+    summary = replay_file(Path(args.input), Path(args.out), events)
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
 def demo_mod():
     from infersight import demo
 
@@ -222,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conf-dir", default="/tmp/infersight-flink-conf")
     p.add_argument("--data-dir", default="/var/lib/infersight/flink")
     p.set_defaults(func=cmd_flink_node)
+    p = sub.add_parser("detect", help="anomaly detection offline (docs/detection.md)")
+    dsub = p.add_subparsers(dest="detect_command", required=True)
+    d = dsub.add_parser("replay", help="replay a window-stats CSV (window_end, region, model, track, signal, value) "
+                                       "through the detectors; one JSON incident per line")
+    d.add_argument("--input", required=True, help="window-stats CSV")
+    d.add_argument("--out", required=True, help="incidents, JSON lines")
+    d.add_argument("--events", help="also write every anomaly point and incident event here (JSON lines)")
+    d.set_defaults(func=cmd_detect)
     p = sub.add_parser("test", help="set up if needed and run the test suite (extra args go to pytest)")
     p.add_argument("pytest_args", nargs="*", help="passed to pytest as they are")
     p.set_defaults(func=cmd_test)

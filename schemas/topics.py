@@ -94,6 +94,14 @@ ROLLOUT_VERDICTS = Topic(
     description="Canary-vs-stable verdicts per model rollout.",
 )
 
+WINDOW_STATS = Topic(
+    "infersight.window_stats", "window-stats row (JSON, schemas.detection: window_end, region, model, track, "
+                               "signal, value)", "series (region/model/track)",
+    partitions=3, retention_ms=7 * DAY_MS, producer="flink metrics job",
+    description="One value per series, signal and 10 s window: what the detect job reads (never OTLP).",
+)
+
 ALL_TOPICS: tuple[Topic, ...] = (
     OTLP_SPANS, OTLP_REQUESTS, OTLP_METRICS, REQUESTS, PODS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
+    WINDOW_STATS,
 )
