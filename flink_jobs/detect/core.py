@@ -36,6 +36,8 @@ class DetectorParams:
     beta: float = 0.004  # trend smoothing
     spread_alpha: float = 0.02  # smoothing of the mean absolute residual
     huber: float = 3.0  # residuals clipped at this many spreads when they update the baseline
+    spread_clip: float = 2.0  # only residuals within this many spreads update the spread
+    spread_factor: float = 1.39  # sigma / mean |residual| of a normal truncated at spread_clip sigmas
     threshold: float = 7.0  # z that opens an episode in one window
     confirm_threshold: float = 4.5  # z that opens it when two windows in a row reach it
     clear: float = 3.0  # |z| under which a window of an episode counts as clean
@@ -79,8 +81,10 @@ class Detector:
     reported: bool = False  # the episode is in the bad direction (an onset was emitted)
     episode_len: int = 0
     clean: int = 0
+    clean_sum: float = 0.0
     pending: bool = False  # the previous window reached confirm_threshold
     shadow: float = 0.0
+    shadow_mad: float = 0.0
     peak: float = 0.0
     expected: float = 0.0
     sign: int = 0  # +1 / -1: the way the last onset went
@@ -91,7 +95,7 @@ class Detector:
     n_rebaselined: int = 0
 
     def spread(self, p: DetectorParams) -> float:
-        return max(1.2533 * self.mad, p.floor_abs, p.floor_rel * abs(self.level))
+        return max(p.spread_factor * self.mad, p.floor_abs, p.floor_rel * abs(self.level))
 
     def _restart(self, t: float, x: float) -> None:
         self.n, self.level, self.trend, self.mad = 1, x, 0.0, 0.0
@@ -145,19 +149,30 @@ class Detector:
         zd = z if p.direction == "up" else -z if p.direction == "down" else abs(z)
         if self.active:
             self.episode_len += 1
+            self.shadow_mad += p.shadow_alpha * (abs(x - self.shadow) - self.shadow_mad)
             self.shadow += p.shadow_alpha * (x - self.shadow)
             self.peak = max(self.peak, zd)
-            if abs(z) < p.clear:
+            if (zd if self.reported and p.direction != "both" else abs(z)) < p.clear:
                 self.clean += 1
+                self.clean_sum += x
             else:
-                self.clean = 0
+                self.clean, self.clean_sum = 0, 0.0
             if not self.reported and zd >= p.threshold:  # a good-news change turned bad: report it now
                 self.reported, self.sign = True, (1 if z > 0 else -1)
                 return zd, "onset"
+            if self.clean >= p.clear_windows and self.reported and \
+                    abs(self.clean_sum / self.clean - self.level) >= p.clear * s:
+                # the bad news is over but the series sits far on the good side: the anomaly ends, the
+                # baseline stays frozen (unreported) until it is back or the change proves permanent
+                self.reported, self.clean, self.clean_sum = False, 0, 0.0
+                return zd, "end"
             if self.clean >= p.clear_windows or self.episode_len >= p.max_episode:
                 if self.clean < p.clear_windows:  # the change persisted: it is the new normal
                     self.n_rebaselined += 1
                     self.level, self.trend = self.shadow, 0.0
+                    self.mad = max(self.mad, self.shadow_mad)
+                else:
+                    self.level = self.clean_sum / self.clean
                 self.active = False
                 return zd, ("end" if self.reported else None)
             return zd, None
@@ -165,8 +180,8 @@ class Detector:
         onset = za >= p.threshold or (za >= p.confirm_threshold and self.pending)
         self.pending = za >= p.confirm_threshold
         if onset:  # an episode either way freezes the baseline; only the bad direction is reported
-            self.active, self.episode_len, self.clean, self.pending = True, 0, 0, False
-            self.shadow, self.peak, self.sign = x, zd, (1 if z > 0 else -1)
+            self.active, self.episode_len, self.clean, self.clean_sum, self.pending = True, 0, 0, 0.0, False
+            self.shadow, self.shadow_mad, self.peak, self.sign = x, self.mad, zd, (1 if z > 0 else -1)
             self.reported = zd >= p.confirm_threshold
             return zd, ("onset" if self.reported else None)
         c = p.huber * s
@@ -174,7 +189,8 @@ class Detector:
         new_level = base + p.alpha * rc
         self.trend += p.beta * ((new_level - self.level) / k - self.trend)
         self.level = new_level
-        self.mad += p.spread_alpha * (min(abs(r), c) - self.mad)
+        if abs(r) < p.spread_clip * s:  # outliers do not widen the spread (a creep would hide itself so)
+            self.mad += p.spread_alpha * (abs(r) - self.mad)
         if not self.season:
             self.season = [0.0] * p.season_bins
         if len(self.season) == p.season_bins:
@@ -203,6 +219,7 @@ LOAD_SIGNALS = {"request_rate", "tokens_per_s", "queue_depth", "ttft_p50", "ttft
 class CorrelatorParams:
     resolve_windows: int = 30  # clean windows (no member anomaly active) that resolve an incident
     lag_windows: int = 12  # another region's onset this close to the incident's start can join it
+    join_windows: int = 60  # an onset this close to the last one of the same model and region joins it
     chance_p: float = 0.05  # a region joins only if its coincidence is less likely than this by chance
     rate_alpha: float = 1.0 / 8640  # per-window smoothing of each region's own onset rate (about a day)
     rate_prior: float = 1.0 / 8640  # a region's onset rate before it has a history
@@ -308,14 +325,23 @@ class Correlator:
         return events
 
     def _home(self, a: dict[str, Any], t: float, p: CorrelatorParams) -> dict[str, Any] | None:
-        """The open incident this anomaly belongs to: one already in its region, else one whose start is within
-        the lag and whose other regions make this coincidence unlikely by chance."""
+        """The open incident this anomaly belongs to: one holding the same detector; one with an onset of the
+        same model in the same region less than ``join_windows`` ago; else one that started within the lag, in
+        the same region or in others that make this coincidence unlikely by chance."""
+        key = [a["region"], a["model"], a["track"], a["signal"]]
         for inc in self.incidents:
-            if a["region"] in inc["by_region"]:
+            if key in inc["keys"]:
+                return inc
+        rm = f"{a['region']}|{a['model']}"
+        for inc in self.incidents:
+            last = inc["rm_last"].get(rm)
+            if last is not None and t - last <= p.join_windows * self.step:
                 return inc
         for inc in self.incidents:
             if t - inc["start"] > p.lag_windows * self.step:
                 continue
+            if a["region"] in inc["by_region"]:
+                return inc
             n_other = max(1, len(self.known_regions(t, p)) - 1)
             joined = [r for r in inc["by_region"] if r != a["region"]] + [a["region"]]
             k = len(joined) - 1  # regions beyond the first
@@ -329,7 +355,7 @@ class Correlator:
 
     def _new(self, a: dict[str, Any], t: float) -> dict[str, Any]:
         inc = {"id": f"inc-{self.next_id}", "start": t, "end": None, "last_active": t, "clean": 0,
-               "by_region": {}, "keys": [], "anomalies": [], "n_anomalies": 0, "max_score": 0.0,
+               "by_region": {}, "keys": [], "rm_last": {}, "anomalies": [], "n_anomalies": 0, "max_score": 0.0,
                "chance_p": None, "sig": None}
         self.next_id += 1
         self.incidents.append(inc)
@@ -345,6 +371,7 @@ class Correlator:
         if entry not in inc["by_region"][a["region"]]:
             inc["by_region"][a["region"]].append(entry)
         inc["n_anomalies"] += 1
+        inc["rm_last"][f"{a['region']}|{a['model']}"] = a["window_end"]
         inc["max_score"] = max(inc["max_score"], float(a["score"]) if math.isfinite(a["score"]) else 1e9)
         if len(inc["anomalies"]) < 200:
             inc["anomalies"].append({k: a[k] for k in ("window_end", "region", "model", "track", "signal",
@@ -379,7 +406,8 @@ class Correlator:
                 scope = "region"
             else:
                 tracks = {e[1] for e in entries}
-                scope = "series" if len(served.get(models[0], {})) > 1 and len(tracks) == 1 else "model_region"
+                live = [tr for tr, seen in served.get(models[0], {}).items() if t - seen <= 3 * self.step]
+                scope = "series" if len(live) > 1 and len(tracks) == 1 else "model_region"
         dirs = {(e[2], e[3]) for e in entries}
         cause = None
         for nt_t, nt_region, nt_model, nt_track in reversed(self.new_tracks):
