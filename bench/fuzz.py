@@ -325,20 +325,43 @@ def _parse_headers(data: bytes) -> dict[str, str]:
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 
 
+def _finished_spans() -> Any:
+    """A span processor keeping the sampled spans it is handed, as ``SimpleSpanProcessor(InMemorySpanExporter())``
+    does (``get_finished_spans``, ``clear``), without the per-span context attach/detach, export call and lock
+    (a fuzz target runs one input at a time): the provider, the instrumentation's span path (a processor that is
+    not a BatchSpanProcessor gets ``on_end``) and the spans are the same."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class FinishedSpans(SpanProcessor):
+        def __init__(self) -> None:
+            self.spans: list[Any] = []
+
+        def on_end(self, span: Any) -> None:
+            if span.context.trace_flags.sampled:
+                self.spans.append(span)
+
+        def get_finished_spans(self) -> tuple[Any, ...]:
+            return tuple(self.spans)
+
+        def clear(self) -> None:
+            self.spans.clear()
+
+    return FinishedSpans()
+
+
 def _instrumented() -> tuple[Any, Any, list[tuple[str, str]]]:
-    """An SDK tracer provider exporting to memory, one Instrumentation on it, and the bad inputs it counts
-    (``(kind, detail)``, also counted as usual)."""
+    """An SDK tracer provider keeping its finished spans in memory (``_finished_spans``), one Instrumentation on
+    it, and the bad inputs it counts (``(kind, detail)``, also counted as usual). Made once per target process
+    (and per regression test), never per input."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from infersight.instrumentation import Instrumentation, Settings
 
-    exporter = InMemorySpanExporter()
+    exporter = _finished_spans()
     provider = TracerProvider(resource=Resource.create({"cloud.region": "us-east-1"}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(exporter)
     inst = Instrumentation(tracer_provider=provider, meter_provider=MeterProvider(),
                            settings=Settings(capture_content=True), gpu=False)
     bad_inputs: list[tuple[str, str]] = []
@@ -424,7 +447,18 @@ def make_traceparent() -> Callable[[bytes], None]:
 def exported_ok(exporter: Any, bad_inputs: list[tuple[str, str]], what: str) -> None:
     """After a request: no ``internal_error`` counted, and its exported spans encoded by our OTLP encoder (valid
     OTLP), by the SDK's (the OTLP/HTTP exporter's) and read by the normaliser's decoder without an exception."""
+    (_exported_ok or _make_exported_ok())(exporter, bad_inputs, what)
+
+
+_exported_ok: Callable[[Any, list[tuple[str, str]], str], None] | None = None
+
+
+def _make_exported_ok() -> Callable[[Any, list[tuple[str, str]], str], None]:
+    """``exported_ok`` with its imports done once (they ran for every input), and the SDK's encoder run span by
+    span once a batch's resource and scope are known (``sdk_encodes``)."""
+    global _exported_ok
     from google.protobuf.message import DecodeError
+    from opentelemetry.exporter.otlp.proto.common._internal import trace_encoder
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -432,24 +466,52 @@ def exported_ok(exporter: Any, bad_inputs: list[tuple[str, str]], what: str) -> 
     from infersight.instrumentation.otlp_encoder import encode_spans
     from infersight.instrumentation.selftelemetry import INTERNAL
 
-    internal = [detail for kind, detail in bad_inputs if kind == INTERNAL]
-    if internal:
-        raise Violation(f"internal-error: {internal[0]:.300} ({what:.100})")
-    spans = exporter.get_finished_spans()
-    payload = encode_spans(spans)
-    try:
-        ExportTraceServiceRequest.FromString(payload)
-    except DecodeError as exc:
-        raise Violation(f"encoder-wrote-invalid-otlp: {exc}") from exc
-    sdk_encode(spans).SerializeToString()
-    for _ in record_dicts_from_payload(payload, time.time_ns()):
-        pass
+    parse, now_ns = ExportTraceServiceRequest.FromString, time.time_ns
+    encode_span = getattr(trace_encoder, "_encode_span", None)  # what encode_spans runs per span
+    known: dict[tuple[int, int], tuple[Any, Any]] = {}  # (resource, scope) pairs encode_spans has written
+
+    def sdk_encodes(spans: Any) -> None:
+        """The SDK encoder's message for ``spans``, serialized. Its whole run (grouping by resource, hashing
+        the resource's attributes as JSON for every span, then the resource and scope messages) is the same
+        for every input of a target (one provider, one scope): it runs whole whenever a batch holds a resource
+        or scope not seen before, and otherwise ``_encode_span`` per span, which is where spans differ (and
+        all the SDK encoder's findings so far were)."""
+        if encode_span is not None:
+            for span in spans:
+                if (id(span.resource), id(span.instrumentation_scope)) not in known:
+                    break
+            else:
+                for span in spans:
+                    encode_span(span).SerializeToString()
+                return
+        sdk_encode(spans).SerializeToString()
+        for span in spans:  # the objects are kept, so their ids are never reused
+            pair = (span.resource, span.instrumentation_scope)
+            known[id(pair[0]), id(pair[1])] = pair
+
+    def check(exporter: Any, bad_inputs: list[tuple[str, str]], what: str) -> None:
+        for kind, detail in bad_inputs:
+            if kind == INTERNAL:
+                raise Violation(f"internal-error: {detail:.300} ({what:.100})")
+        spans = exporter.get_finished_spans()
+        payload = encode_spans(spans)
+        try:
+            parse(payload)
+        except DecodeError as exc:
+            raise Violation(f"encoder-wrote-invalid-otlp: {exc}") from exc
+        sdk_encodes(spans)
+        for _ in record_dicts_from_payload(payload, now_ns()):
+            pass
+
+    _exported_ok = check
+    return check
 
 
 def make_attributes() -> Callable[[bytes], None]:
     from infersight.instrumentation import STAGES
 
     inst, exporter, bad_inputs = _instrumented()
+    spans_ok = _exported_ok or _make_exported_ok()
     reasons = ("stop", "length", "abort", "error", "content_filter", "tool_calls", None)
 
     class ServingError(Exception):
@@ -514,7 +576,7 @@ def make_attributes() -> Callable[[bytes], None]:
             if not raising:
                 raise
         req.evaluation("late", 0.5)  # a judge after the request finished
-        exported_ok(exporter, bad_inputs, f"model {model!r}")
+        spans_ok(exporter, bad_inputs, f"model {model!r:.200}")
 
     return check
 
