@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from infersight.flink_jobs.common.kafka_io import KAFKA_PROPERTIES_ENV
-from infersight.stack import paths, statefile
+from infersight.schemas.topics import ALL_TOPICS
+from infersight.stack import kafka_admin, paths, statefile
 from infersight.stack.errors import StackError
 from infersight.stack.security import java_properties_text, write_private
 
@@ -115,6 +116,19 @@ def _remember(layout, job_id: str, record: dict, replaces: str | None = None) ->
 
 def forget(layout, job_id: str) -> None:
     _change_records(layout, lambda records: records.pop(job_id, None))
+
+
+def _group_id(layout, job_id: str) -> str:
+    """The consumer group id (and transactional-id prefix) the job runs under: its ``--group-id`` argument, or
+    the job's default, its name."""
+    try:
+        job = _job(layout, job_id)
+    except (OSError, ValueError):
+        job = {}
+    args = (remembered(layout).get(job_id) or {}).get("args") or []
+    if "--group-id" in args[:-1]:
+        return args[args.index("--group-id") + 1]
+    return job.get("name", "")
 
 
 def forget_all(layout) -> None:
@@ -267,6 +281,7 @@ def stop(layout, job_id: str, timeout_s: float = 60) -> str | None:
     """Stop with a savepoint: the final savepoint commits the sinks' Kafka transactions, so nothing lingers
     for downstream readers. Returns the savepoint path; cancels instead (returns None) if the job cannot take
     one in ``timeout_s`` (e.g. it is restarting)."""
+    group_id = _group_id(layout, job_id)
     forget(layout, job_id)  # stopped on purpose: not to be resubmitted
     url = f"{layout.flink_rest_url}/jobs/{job_id}"
     try:
@@ -288,7 +303,35 @@ def stop(layout, job_id: str, timeout_s: float = 60) -> str | None:
         pass  # not running (already stopped, restarting): cancel below
     if job_state(layout, job_id) not in ("FINISHED", "CANCELED", "FAILED"):
         cancel(layout, job_id)
+        fence_lingering_transactions(layout, job_id, group_id)
     return None
+
+
+def sink_transactional_ids(group_id: str, parallelism: int, last_checkpoint: int, ahead: int = 3) -> list[str]:
+    """The ids under which a job's exactly-once sinks (``flink_jobs.common.kafka_io.kafka_sink``: prefix
+    ``<group id>-<topic>``) may hold open transactions after ``last_checkpoint``: the Kafka connector names them
+    ``<prefix>-<subtask>-<checkpoint id>``, one transaction per subtask and checkpoint, the next ones after the
+    newest completed checkpoint still open (``ahead`` covers checkpoints triggered but never completed)."""
+    return [f"{group_id}-{topic.name}-{subtask}-{checkpoint}" for topic in ALL_TOPICS
+            for subtask in range(parallelism) for checkpoint in range(last_checkpoint + 1, last_checkpoint + 1 + ahead)]
+
+
+def fence_lingering_transactions(layout, job_id: str, group_id: str) -> int:
+    """After cancelling a job for good, abort the Kafka transactions it left open (a stop with a savepoint
+    commits them; a cancel leaves them to block read_committed readers until ``transaction.timeout.ms``).
+    Returns how many transactional ids were fenced (0 when the job manager no longer knows the job)."""
+    try:
+        job = _job(layout, job_id)
+        with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}/checkpoints", timeout=5) as resp:
+            latest = json.loads(resp.read()).get("latest") or {}
+    except (OSError, ValueError):
+        return 0
+    if not group_id:
+        return 0
+    last = max([int((latest.get(kind) or {}).get("id") or 0) for kind in ("completed", "restored")])
+    parallelism = max([int(v.get("parallelism", 1)) for v in job.get("vertices", [])] or [1])
+    return kafka_admin.fence_transactions(layout.kafka_bootstrap, sink_transactional_ids(group_id, parallelism, last),
+                                          security=getattr(layout, "security", None))
 
 
 def latest_checkpoint(layout, job_id: str) -> str | None:

@@ -67,3 +67,25 @@ def ensure_topics(bootstrap: str, topics: Iterable[Topic] = ALL_TOPICS,
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
     return [t.name for t in missing]
+
+
+def fence_transactions(bootstrap: str, transactional_ids: Iterable[str], timeout_s: float = 30.0,
+                       security: TransportSecurity | None = None) -> int:
+    """Abort whatever transaction each id has open, by registering a new producer under it (what a restored
+    Flink job's KafkaSink does to its own lingering transactions). For a job cancelled for good: otherwise its
+    open transactions pin every read_committed reader of their partitions until ``transaction.timeout.ms``.
+    Returns how many ids were fenced."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from confluent_kafka import Producer
+
+    secure = (security or TransportSecurity.from_env()).librdkafka_config()
+
+    def fence(tid: str) -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "log_level": 0, **secure})
+        producer.init_transactions(timeout_s)  # bumps the epoch: the coordinator aborts the open transaction
+
+    ids = list(transactional_ids)
+    with ThreadPoolExecutor(8) as pool:  # each call is a round trip to the coordinator, not CPU
+        list(pool.map(fence, ids))
+    return len(ids)

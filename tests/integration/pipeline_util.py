@@ -161,7 +161,7 @@ class Jobs:
         leave Kafka transactions open, blocking the next test's read_committed readers for minutes)."""
         for job_id in self.ids.values():
             try:
-                flink.stop(self.layout, job_id)
+                flink.stop(self.layout, job_id, timeout_s=180)  # a loaded CI host can take minutes
             except OSError:
                 pass
 
