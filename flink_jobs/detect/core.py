@@ -193,8 +193,8 @@ class Detector:
             self.mad += p.spread_alpha * (abs(r) - self.mad)
         if not self.season:
             self.season = [0.0] * p.season_bins
-        if len(self.season) == p.season_bins:
-            self.season[b] += p.season_alpha * (rc - self.season[b])
+        if len(self.season) == p.season_bins:  # towards this hour's mean of value - (level + trend)
+            self.season[b] += p.season_alpha * (rc if seasoned else rc - self.season[b])
         return zd, None
 
     def to_state(self) -> dict[str, Any]:
