@@ -96,3 +96,17 @@ def test_fault_truths_are_labelled():
     (truth,) = sc.truths()
     assert truth["scope_kind"] == "model_region" and truth["detectable_at"] > truth["start"]
     assert isinstance(f, Fault)
+
+
+def test_series_state_is_bounded_and_idle_series_expire():
+    from infersight.flink_jobs.detect.core import EngineParams
+
+    e = Engine(EngineParams(max_series=50, expire_s=600.0))
+    for i in range(200):  # 200 distinct series names in one window: 50 kept, the rest counted
+        e.observe(10.0, "r", f"model-{i}", "stable", "error_ratio", 0.0)
+    assert len(e.series) == 50 and e.counts["series_limit"] == 150
+    for w in range(2, 100):  # only one series goes on; the others expire after 600 s
+        e.observe(10.0 * w, "r", "model-0", "stable", "error_ratio", 0.0)
+    e.flush()
+    assert len(e.series) == 1 and e.counts["series_expired"] == 49
+    assert len(e.detectors) == 1
