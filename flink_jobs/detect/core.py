@@ -11,6 +11,9 @@ saturated), explicit warm-up, and an episode state machine (the novelty step): o
 baseline frozen while the anomaly lasts, the end after a few clean windows, re-baselining when a change
 persists for ``max_episode`` windows (it is the new normal).
 
+``Likelihood`` — an optional second stage over a detector's z: a score in [0, 1] of how unusual the recent |z| is
+for this series, with a rest period after a high one (what ``bench/nab.py`` scores on NAB).
+
 ``Engine`` — the fleet: one detector per (region, model, track, signal), silent series (a series that stops
 sending raises a ``silent`` anomaly), new tracks (for likely causes), bad input counted, idle series expired.
 
@@ -206,6 +209,54 @@ class Detector:
         d = cls(**{k: v for k, v in state.items() if k in names})
         d.season = list(d.season)
         return d
+
+
+@dataclass(frozen=True)
+class LikelihoodParams:
+    short_alpha: float = 0.3  # smoothing of the recent |z| (a few points)
+    long_alpha: float = 0.003  # smoothing of the long-run mean and variance of |z| (a few hundred points)
+    min_points: int = 50  # points of |z| history before a likelihood is given
+    gate: float = 0.999  # a likelihood this high starts the rest period
+    rest: int = 100  # points after such a likelihood that score 0 (suppression after detection)
+    z_cap: float = 50.0
+
+
+@dataclass
+class Likelihood:
+    """Anomaly likelihood over a detector's |z| (the idea of Numenta's anomaly likelihood): how unusual the recent
+    |z| is against this series' own long-run distribution of |z|, in [0, 1], with a rest period after a high
+    one so one anomaly scores high once. A series whose errors are always large stops looking anomalous."""
+
+    n: int = 0
+    short: float = 0.0
+    mean: float = 0.0
+    var: float = 1.0
+    quiet: int = 0
+
+    def update(self, z: float, p: LikelihoodParams) -> float:
+        raw = min(abs(z), p.z_cap)
+        self.n += 1
+        self.quiet -= 1
+        self.short += p.short_alpha * (raw - self.short)
+        if self.n > p.min_points:
+            lik = 0.5 * (1.0 + math.erf((self.short - self.mean) / math.sqrt(2.0 * max(self.var, 1e-6))))
+        else:
+            lik = 0.5
+        d = raw - self.mean
+        self.mean += p.long_alpha * d
+        self.var = (1 - p.long_alpha) * (self.var + p.long_alpha * d * d)
+        if self.quiet > 0:
+            return 0.0
+        if lik >= p.gate:
+            self.quiet = p.rest
+        return lik
+
+    def to_state(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Likelihood:
+        return cls(**state)
 
 
 # ---------------------------------------------------------------------------------------------- incidents
