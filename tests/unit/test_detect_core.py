@@ -98,3 +98,21 @@ def test_state_round_trip_continues_identically():
     second = Detector.from_state(state)
     got += [second.update(10.0 * (i + 1), v, P_UP) for i, v in enumerate(values) if i >= 155]
     assert got == expected
+
+
+def test_likelihood_scores_a_new_anomaly_high_once_and_round_trips():
+    from infersight.flink_jobs.detect.core import Likelihood, LikelihoodParams
+
+    lp = LikelihoodParams()
+    rng = random.Random(9)
+    zs = [rng.gauss(0, 1) for _ in range(400)] + [12.0] * 5 + [rng.gauss(0, 1) for _ in range(50)]
+    lik = Likelihood()
+    scores = [lik.update(z, lp) for z in zs]
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert max(scores[:400]) < lp.gate
+    high = [i for i, s in enumerate(scores) if s >= lp.gate]
+    assert high == [400]  # the first anomalous point, then the rest period
+    a = Likelihood()
+    first = [a.update(z, lp) for z in zs[:200]]
+    b = Likelihood.from_state(json.loads(json.dumps(a.to_state())))
+    assert first + [b.update(z, lp) for z in zs[200:]] == scores
