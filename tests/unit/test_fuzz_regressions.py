@@ -181,6 +181,24 @@ def test_distinct_model_names_do_not_grow_the_metrics_without_bound():
     assert points[M.GEN_AI_SERVER_REQUEST_DURATION] <= 2001, points  # 2,000 and the overflow series
 
 
+def test_the_sdk_encoder_still_checks_every_span_once_the_resource_is_known():
+    """``exported_ok`` runs the SDK's encoder whole on a batch with a resource or scope it has not seen, then span
+    by span: a span only the SDK's encoder refuses is still found on a later input."""
+    inst, exporter, bad_inputs = fuzz._instrumented()
+    with inst.request("m"):
+        pass
+    fuzz.exported_ok(exporter, bad_inputs, "first")
+    exporter.clear()
+    with inst.request("m") as req:
+        req.stage("queue").end()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 2
+    spans[0]._name = 0.0  # past our checks: our encoder writes its str, the SDK's cannot write it
+    with pytest.raises(TypeError) as raised:
+        fuzz.exported_ok(exporter, bad_inputs, "second")
+    assert fuzz.signature(raised.value)[0].endswith("trace_encoder/__init__.py:_encode_span")
+
+
 def test_hostile_values_within_the_types_are_exported():
     def request_with(inst):
         with inst.request("x" * 5000 + "\x1f\x00é😀", operation="chat") as req:
