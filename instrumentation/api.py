@@ -103,7 +103,7 @@ class Instrumentation:
         the current context. Starts on ``with``/``async with`` or ``.start()``."""
         if not isinstance(model, str) or not model:
             self.self_telemetry.bad_input(BAD_TYPE, f"request model {model!r} must be a non-empty string")
-            model = str(model) or "unknown"
+            model = as_text(model)  # str(model), or "unknown" when that is empty or raises
         parent = context
         if headers is not None:
             try:

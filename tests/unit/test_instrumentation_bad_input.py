@@ -207,6 +207,22 @@ def test_wrong_model_type_is_counted():
     assert errors[kinds.BAD_TYPE] == 1 and requests[M.GEN_AI_SERVER_REQUEST_DURATION] == 1
 
 
+def test_a_model_whose_str_raises_is_recorded_as_unknown():
+    class Model:
+        def __str__(self):
+            raise RuntimeError("no")
+
+        def __repr__(self):
+            return "Model()"
+
+    h = make()
+    with h.inst.request(Model()) as req:
+        pass
+    errors, requests = counts(h.reader)
+    assert errors == {kinds.BAD_TYPE: 1} and requests[M.GEN_AI_SERVER_REQUEST_DURATION] == 1
+    assert req.record().model == "unknown"
+
+
 def test_malformed_traceparent_starts_a_new_trace():
     h = make()
     with h.inst.request("llama", headers={"traceparent": "garbage"}) as req:
