@@ -44,8 +44,21 @@ def flink_kafka_connector_jar() -> Path:
 
 
 def flink_job_jars() -> list[Path]:
-    """Jars every job ships: the Kafka connector and the zstd codec it leaves out."""
-    return [flink_kafka_connector_jar(), flink_jars_dir() / f"zstd-jni-{ZSTD_JNI_VERSION}.jar"]
+    """Jars every job ships: the Kafka connector, the zstd codec it leaves out, and our watermark strategy."""
+    return [flink_kafka_connector_jar(), flink_jars_dir() / f"zstd-jni-{ZSTD_JNI_VERSION}.jar", watermarks_jar()]
+
+
+def watermarks_source() -> Path:
+    """The jobs' one piece of Java (``flink_jobs.common.kafka_io.event_time``), compiled by set-up."""
+    return resource("infersight.flink_jobs.common", "java/io/infersight/flink/QuietWatermarks.java")
+
+
+def watermarks_jar() -> Path:
+    """Named by the source's digest: an edited source builds a new jar, never runs a stale one."""
+    import hashlib
+
+    digest = hashlib.sha256(watermarks_source().read_bytes()).hexdigest()[:12]
+    return flink_jars_dir() / f"infersight-watermarks-{digest}.jar"
 
 
 def go_dir() -> Path:

@@ -85,9 +85,41 @@ def _run(cmd: list[str], what: str, fix: str, env: dict[str, str] | None = None,
 
 def ensure_jars() -> None:
     kafka_jar = paths.kafka_classpath_dir() / f"kafka_2.13-{paths.KAFKA_VERSION}.jar"
-    if kafka_jar.exists() and all(jar.exists() for jar in paths.flink_job_jars()):
+    downloaded = [kafka_jar, *paths.flink_job_jars()]
+    downloaded.remove(paths.watermarks_jar())
+    if all(jar.exists() for jar in downloaded):
         log("JVM artifacts: cached")
+    else:
+        download_jars()
+    ensure_watermarks_jar()
+
+
+def ensure_watermarks_jar() -> None:
+    """Compile the jobs' watermark strategy against the Flink that PyFlink carries (javac, from a JDK)."""
+    import tempfile
+    import zipfile
+
+    jar = paths.watermarks_jar()
+    if jar.exists():
         return
+    javac = _require("javac", "install a JDK 11+ (Debian: `apt-get install openjdk-17-jdk-headless`)")
+    flink = sorted((paths.pyflink_home() / "lib").glob("flink-dist-*.jar"))
+    if not flink:
+        raise StackError(f"no flink-dist jar in {paths.pyflink_home() / 'lib'}", "reinstall apache-flink")
+    with tempfile.TemporaryDirectory() as out:
+        _run([javac, "--release", "11", "-nowarn", "-cp", str(flink[-1]), "-d", out, str(paths.watermarks_source())],
+             "compiling the watermark strategy", "see the javac error above")
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        part = jar.with_suffix(".part")
+        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for cls in sorted(Path(out).rglob("*.class")):
+                z.write(cls, cls.relative_to(out).as_posix())
+        part.replace(jar)
+    log(f"watermark strategy: built {jar.name}")
+
+
+def download_jars() -> None:
     mvn = _require("mvn", "install Maven 3.8+ (Debian: `apt-get install maven`)")
     log(f"JVM artifacts: Kafka {paths.KAFKA_VERSION} and the Flink Kafka connector "
         f"{paths.FLINK_KAFKA_CONNECTOR_VERSION} from Maven Central ...")

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 
 KAFKA_PROPERTIES_ENV = "INFERSIGHT_KAFKA_PROPERTIES"
+QUIET_S = 60.0  # default silence after which event time follows the wall clock (``event_time``)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -62,14 +63,26 @@ def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None):
     return builder.build()
 
 
-def event_time(out_of_orderness_s: float, idle_s: float):
-    """Watermarks from the Kafka records' timestamps (the records' event times: normalize writes them), per
-    partition inside the source, in the JVM; a partition silent for ``idle_s`` is idle. A fresh strategy per
-    call: a used one holds a Java handle."""
-    from pyflink.common import Duration, WatermarkStrategy
+def add_quiet_option(parser) -> None:
+    parser.add_argument("--quiet-s", type=float, default=QUIET_S,
+                        help="once the source has read nothing this long (at least --idle-s), event time follows "
+                             "the wall clock this far behind it: a burst's last windows close at most window + "
+                             "this + the checkpoint interval after traffic stops; a record arriving later than "
+                             "that after a silence is late")
 
-    return (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(int(out_of_orderness_s * 1000)))
-            .with_idleness(Duration.of_millis(int(idle_s * 1000))))
+
+def event_time(out_of_orderness_s: float, idle_s: float, quiet_s: float):
+    """Watermarks from the Kafka records' timestamps (the records' event times: normalize writes them), per
+    partition inside the source, in the JVM; a partition silent for ``idle_s`` is idle, and once the whole
+    source has read nothing for ``quiet_s`` (back-pressure does not count), event time follows the wall clock
+    ``quiet_s`` behind it, so the last windows before a silence close (``QuietWatermarks.java``, beside this
+    module; set-up compiles it into a jar every job ships). A fresh strategy per call: a used one holds a Java
+    handle."""
+    from pyflink.common import WatermarkStrategy
+    from pyflink.java_gateway import get_gateway
+
+    quiet = get_gateway().jvm.io.infersight.flink.QuietWatermarks
+    return WatermarkStrategy(quiet.of(int(out_of_orderness_s * 1000), int(idle_s * 1000), int(quiet_s * 1000)))
 
 
 def kafka_sink(brokers: str, topic: str, deployment: str, value_schema=None, exactly_once: bool = True):

@@ -27,7 +27,7 @@ JOB = core.JOB
 
 def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s: float, idle_s: float,
           pricing: core.Pricing, exactly_once: bool = True, max_label_values: str = "",
-          label_span_s: float = 3600.0) -> None:
+          label_span_s: float = 3600.0, quiet_s: float = 60.0) -> None:
     from pyflink.common import Time, Types
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -49,7 +49,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
     def source(topic: str, name: str):  # per-partition watermarks from the records' Kafka timestamps
         return env.from_source(kafka_source(brokers, topic, f"{group_id}-{name}"),
-                               event_time(out_of_orderness_s, idle_s), name)
+                               event_time(out_of_orderness_s, idle_s, quiet_s), name)
 
     # ---- requests: regional windows, roll-up, cumulative series ----
     late_tag = OutputTag("late", pickled())
@@ -104,6 +104,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
 def main(argv: list[str] | None = None) -> None:
     from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
+    from infersight.flink_jobs.common.kafka_io import add_quiet_option
 
     parser = argparse.ArgumentParser(prog="metrics", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -130,13 +131,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="checkpoint interval: a closed window's metrics reach the sink (a read_committed "
                              "reader) at the next checkpoint, so up to this much is on the freshness path "
                              "(the cluster default is 5 s)")
+    add_quiet_option(parser)
     add_jars_option(parser)
     args = parser.parse_args(argv)
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, args.window_s, args.out_of_orderness_s, args.idle_s,
           core.Pricing.load(args.pricing), max_label_values=args.max_label_values,
-          label_span_s=args.label_span_s)
+          label_span_s=args.label_span_s, quiet_s=args.quiet_s)
     env.execute(JOB)
 
 

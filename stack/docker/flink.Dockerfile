@@ -3,7 +3,7 @@
 # infersight.stack.flink_config), the same jars (stack/pom.xml) and the infersight jobs.
 FROM python:3.11-slim-bookworm
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven procps \
+ && apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven procps \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/infersight
 COPY pyproject.toml requirements.lock README.md ./

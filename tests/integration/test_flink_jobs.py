@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from infersight.flink_jobs.archive.core import read_archive
 from infersight.flink_jobs.common import keys
+from infersight.flink_jobs.common.kafka_io import QUIET_S
 from infersight.flink_jobs.metrics.window_stats import distribution_values
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
@@ -107,6 +108,27 @@ def decode_points(bootstrap: str, model: str) -> list[tuple[str, dict[str, str],
                         if labels.get(P.LABEL_MODEL) == model:
                             out.append((metric.name, labels, point.time_unix_nano, point))
     return out
+
+
+def test_a_burst_then_silence_reaches_prometheus_within_the_quiet_bound(jobs, stack):
+    """Nothing follows the burst (this test runs first: no flusher has run): its windows close only because
+    event time follows the wall clock once the sources have read nothing for QUIET_S."""
+    bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
+    model = f"quiet-{uuid.uuid4().hex[:8]}"
+    sent = batch(model, 600, time.time_ns(), seed=31)
+    produce_requests(bootstrap, sent)
+    stopped = time.monotonic()
+    bound_s = WINDOW_S + QUIET_S + 2  # window + quiet + the metrics job's checkpoint interval (docs/reliability.md)
+    slack_s = 40  # normalize's checkpoint (5 s), the sink's poll, Prometheus' scrape (5 s), a loaded CI host
+    regional = f'model="{model}",region!="global"'
+    wait_until(lambda: prom_value(prom_url, f"sum({REQUESTS_TOTAL}{{{regional}}})") == len(sent),
+               bound_s + slack_s, f"the burst's {len(sent)} requests in Prometheus, no traffic after it")
+    took = time.monotonic() - stopped
+    assert prom_value(prom_url, f"sum(sum_over_time({WINDOW_REQUESTS}{{{regional}}}[30m]))") == len(sent)
+    wait_until(lambda: prom_value(prom_url, f'sum({REQUESTS_TOTAL}{{model="{model}",region="global"}})')
+               == len(sent), 30, "the global roll-up of the burst")
+    print(f"quiet traffic: a burst's last windows in Prometheus {took:.1f} s after it (bound {bound_s:.0f} s + "
+          f"delivery)")
 
 
 def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(jobs, stack):

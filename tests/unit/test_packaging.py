@@ -41,7 +41,8 @@ def test_wheel_has_only_the_infersight_namespace(wheel):
                  "infersight/collectors/builder-config.yaml", "infersight/stack/pom.xml",
                  "infersight/stack/config/kafka/server.properties",
                  "infersight/stack/config/prometheus/prometheus.yml",
-                 "infersight/stack/config/flink/config.yaml"):
+                 "infersight/stack/config/flink/config.yaml",
+                 "infersight/flink_jobs/common/java/io/infersight/flink/QuietWatermarks.java"):
         assert data in names
 
 
