@@ -48,6 +48,7 @@ class DetectorParams:
     max_episode: int = 360  # windows after which a persisting change becomes the new baseline
     shadow_alpha: float = 0.1  # smoothing of the level followed during an episode (for re-baselining)
     season_bins: int = 24  # hour-of-day seasonal term
+    season_period_s: float = DAY_S  # the seasonal period (a day; a week for weekly patterns)
     season_alpha: float = 0.02
     season_after_s: float = DAY_S  # the seasonal term is used once this much history exists
     gap_reset_s: float = 6 * 3600.0  # a gap (or a clock jump) larger than this restarts the warm-up
@@ -136,7 +137,7 @@ class Detector:
         self.last_t = t
         base = self.level + self.trend * k
         seasoned = (t - self.first_t) >= p.season_after_s and len(self.season) == p.season_bins
-        b = int((t % DAY_S) * p.season_bins / DAY_S) % p.season_bins
+        b = int((t % p.season_period_s) * p.season_bins / p.season_period_s) % p.season_bins
         pred = base + (self.season[b] if seasoned else 0.0)
         self.expected = pred
         r = x - pred
