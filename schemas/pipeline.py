@@ -30,6 +30,9 @@ LABEL_TOKEN_TYPE = "token_type"  # input, output, cached
 LABEL_QUANTILE = "quantile"
 LABEL_STAT = "stat"  # sum, mean, min, max of a pod gauge over the pods of a deployment, region or all
 LABEL_GPU_TYPE = "gpu_type"
+LABEL_SIGNAL = "signal"  # the detect job's: a window-stats signal (schemas.detection.SIGNALS)
+LABEL_SCOPE_KIND = "scope_kind"  # series, model_region, region, multi_region, global
+LABEL_KIND = "kind"  # an incident's kind (schemas.detection.INCIDENT_KINDS)
 # --- pods' gauges and cost: keyed by deployment, and rolled up ---
 # A deployment is a model version on a track in a region (the request series' key without the engine).
 # Roll-ups: region="global" over regions, and model=model_version=track="all" over every deployment, so
@@ -46,6 +49,10 @@ REQUESTS = "infersight.requests"
 ERRORS = "infersight.request.errors"
 TOKENS = "infersight.tokens"
 LATE_RECORDS = "infersight.late.records"
+# the detect job's
+ANOMALY_SCORE = "infersight.detect.anomaly.score"  # gauge per window, while an anomaly lasts
+ANOMALIES = "infersight.detect.anomalies"  # counter of onsets
+OPEN_INCIDENTS = "infersight.detect.incidents.open"  # gauge per window
 # --- per-window gauges ---
 WINDOW_REQUESTS = "infersight.window.requests"
 WINDOW_ERROR_RATIO = "infersight.window.error.ratio"
@@ -161,6 +168,14 @@ OUTPUTS: tuple[MetricOutput, ...] = (
                  f"Window cost / output tokens x 1e6; {_LEVELS}.", per_window=True),
     MetricOutput(LATE_RECORDS, "counter", "{request}", LABEL_REGION,
                  "Records that missed their window (they go to infersight.late)."),
+    # the detect job's (docs/detection.md)
+    MetricOutput(ANOMALY_SCORE, "gauge", "1", f"{LABEL_REGION}, {LABEL_MODEL}, {LABEL_TRACK}, {LABEL_SIGNAL}",
+                 "The detect job: the peak score of each anomaly while it lasts (track: track@version).",
+                 per_window=True),
+    MetricOutput(ANOMALIES, "counter", "{anomaly}", f"{LABEL_REGION}, {LABEL_MODEL}, {LABEL_SIGNAL}",
+                 "The detect job: anomaly onsets, cumulative (signal=\"silent\": a series that stopped)."),
+    MetricOutput(OPEN_INCIDENTS, "gauge", "{incident}", f"{LABEL_SCOPE_KIND}, {LABEL_KIND}",
+                 "The detect job: incidents open at the window's end, by scope and kind.", per_window=True),
 )
 _BY_NAME = {o.name: o for o in OUTPUTS}
 

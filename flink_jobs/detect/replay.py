@@ -1,6 +1,7 @@
 """Offline replay: window-stats rows (CSV) through the same Engine the job runs, incidents out (JSON lines).
 
-Rows are taken in window order (a stable sort on ``window_end``, as the job's event-time windows see them);
+Rows are taken in window order, then by series and signal (as the detect job feeds each window, whatever order
+the records arrived in);
 a row that cannot be used is counted with its reason and skipped, never a crash.
 """
 
@@ -28,7 +29,7 @@ def clean_rows(rows: Iterable[dict[str, Any]], bad: dict[str, int]) -> list[tupl
             continue
         good.append((float(row["window_end"]), str(row["region"]), str(row["model"]), str(row["track"]),
                      str(row["signal"]), float(row["value"])))
-    good.sort(key=lambda r: r[0])
+    good.sort()  # window, then series and signal: how the job feeds a window, whatever the arrival order
     return good
 
 

@@ -335,3 +335,22 @@ def is_metrics(t: Any) -> bool:
 
 def is_cost(t: Any) -> bool:
     return t[0] == "cost"
+
+
+class WindowStatsRecords:
+    """Windows (``(key, end ns, WindowStats | PodWindow)``) -> their window-stats JSON records for the detect
+    job (``detection_signals``); a picklable callable for ``flat_map``."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+
+    def __call__(self, t: Any):
+        from infersight.flink_jobs.metrics import detection_signals as D
+
+        key, end_ns, window = t
+        if isinstance(window, WindowStats):
+            yield D.request_record(key, end_ns, window, self.window_s)
+        else:
+            out = D.pod_record(key, end_ns, window.stats())
+            if out is not None:
+                yield out

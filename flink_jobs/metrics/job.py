@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from infersight.flink_jobs.metrics import core
-from infersight.schemas.topics import DLQ, LATE, METRICS, PODS, REQUESTS
+from infersight.schemas.topics import DLQ, LATE, METRICS, PODS, REQUESTS, WINDOW_STATS
 from infersight.schemas.units import MS
 
 JOB = core.JOB
@@ -97,6 +97,11 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     # ---- dead letters: every batch or item the job cannot parse or validate, never a crash loop ----
     (groups.get_side_output(dlq_tag).union(pods.get_side_output(OutputTag("dlq", Types.STRING())))
      .sink_to(kafka_sink(brokers, DLQ.name, group_id, exactly_once=exactly_once)).name(DLQ.name))
+
+    # ---- window stats for the detect job: one record per series (and deployment) and window ----
+    (regional.union(pod_windows).flat_map(F.WindowStatsRecords(window_s), output_type=Types.STRING())
+     .name("window-stats").sink_to(kafka_sink(brokers, WINDOW_STATS.name, group_id, exactly_once=exactly_once))
+     .name(WINDOW_STATS.name))
 
     metrics_sink = kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once)
     series_out.union(late_out, pod_out, unit_out).sink_to(metrics_sink).name(METRICS.name)
