@@ -55,10 +55,16 @@ REGION_QUERIES = {
 }
 
 
+# incidents the detect job has open now, by scope and kind (its gauge comes once per window)
+INCIDENTS = (f"sum by ({P.LABEL_SCOPE_KIND}, {P.LABEL_KIND}) "
+             f"(last_over_time({P.prom(P.OPEN_INCIDENTS)}[1m])) > 0")
+
+
 @dataclass
 class Snapshot:
     rows: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     regions: dict[str, dict[str, float]] = field(default_factory=dict)
+    incidents: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope kind, kind) -> open now
     error: str = ""
 
     @property
@@ -76,6 +82,10 @@ def snapshot(prom_url: str) -> Snapshot:
         for name, promql in REGION_QUERIES.items():
             for series in query(prom_url, promql):
                 snap.regions.setdefault(series["metric"].get("region", "?"), {})[name] = float(series["value"][1])
+        for series in query(prom_url, INCIDENTS):
+            labels = series["metric"]
+            snap.incidents[(labels.get(P.LABEL_SCOPE_KIND, "?"), labels.get(P.LABEL_KIND, "?"))] = \
+                int(float(series["value"][1]))
     except Exception as exc:  # noqa: BLE001 - the view keeps going while Prometheus restarts
         snap.error = f"{type(exc).__name__}: {exc}"
     return snap
@@ -106,6 +116,9 @@ def table(snap: Snapshot, prom_url: str, status: str = "") -> Table:
                   _fmt(g.get("usd_per_1m"), "", 1, 2), _fmt(g.get("freshness_s"), " s"),
                   end_section=False)
         last_region = region
+    if snap.incidents:
+        opened = ", ".join(f"{kind} ({scope}) x{n}" for (scope, kind), n in sorted(snap.incidents.items()))
+        t.caption = f"[bold red]open incidents: {opened}[/bold red]" + (f"\n{status}" if status else "")
     if snap.error:
         t.caption = f"[red]{snap.error}[/red]" + (f"\n{status}" if status else "")
     return t

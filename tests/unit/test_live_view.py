@@ -1,0 +1,22 @@
+"""The live view's table: rows per region and model, and the detect job's open incidents in its caption."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from infersight.simulator import view
+
+
+def render(snap: view.Snapshot) -> str:
+    console = Console(width=200, record=True)
+    console.print(view.table(snap, "http://prom"))
+    return console.export_text()
+
+
+def test_open_incidents_show_under_the_table_and_none_means_no_line():
+    snap = view.Snapshot(rows={("us-east-1", "m"): {"rps": 10.0}})
+    assert "open incidents" not in render(snap)
+    snap.incidents = {("region", "outage"): 1, ("global", "bad_rollout"): 2}
+    text = render(snap)
+    assert "open incidents: bad_rollout (global) x2, outage (region) x1" in text
+    assert "us-east-1" in text
