@@ -3,6 +3,7 @@ see every series' window), rows waiting in state per window until the watermark 
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
@@ -46,8 +47,6 @@ class DetectWindows(KeyedProcessFunction):
         ctx.timer_service().register_event_time_timer(end_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
-        import json
-
         due = sorted(k for k in self.pending.keys() if k <= timestamp)
         rows = [row for k in due for row in self.pending.get(k)]
         if not rows:  # an earlier timer took these windows with its own (the watermark jumped past several)
