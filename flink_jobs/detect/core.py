@@ -234,10 +234,11 @@ class Likelihood:
     var: float = 1.0
     quiet: int = 0
 
-    def update(self, z: float, p: LikelihoodParams) -> float:
+    def score(self, z: float, p: LikelihoodParams) -> float:
+        """The likelihood of this |z|, without the rest period (``update`` adds it; the NAB scorer adds its own
+        over a combined score). Any ``p`` with ``z_cap``, ``short_alpha``, ``long_alpha`` and ``min_points``."""
         raw = min(abs(z), p.z_cap)
         self.n += 1
-        self.quiet -= 1
         self.short += p.short_alpha * (raw - self.short)
         if self.n > p.min_points:
             lik = 0.5 * (1.0 + math.erf((self.short - self.mean) / math.sqrt(2.0 * max(self.var, 1e-6))))
@@ -246,6 +247,11 @@ class Likelihood:
         d = raw - self.mean
         self.mean += p.long_alpha * d
         self.var = (1 - p.long_alpha) * (self.var + p.long_alpha * d * d)
+        return lik
+
+    def update(self, z: float, p: LikelihoodParams) -> float:
+        lik = self.score(z, p)
+        self.quiet -= 1
         if self.quiet > 0:
             return 0.0
         if lik >= p.gate:

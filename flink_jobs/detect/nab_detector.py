@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .core import Detector, DetectorParams
+from .core import Detector, DetectorParams, Likelihood
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,8 @@ class NabParams:
 @dataclass
 class NabDetector:
     det: Detector = field(default_factory=Detector)
+    lik: Likelihood = field(default_factory=Likelihood)  # over the points with a z (after the Detector's warm-up)
     n: int = 0
-    m: int = 0  # points with a z (after the Detector's warm-up)
-    short: float = 0.0
-    mean: float = 0.0
-    var: float = 1.0
     lo: float = math.inf
     hi: float = -math.inf
     quiet: int = 0
@@ -56,16 +53,7 @@ class NabDetector:
         self.quiet -= 1
         score = 0.0
         if self.det.n > p.detector.warmup:
-            raw = min(abs(z), p.z_cap)
-            self.short += p.short_alpha * (raw - self.short)
-            self.m += 1
-            if self.m > p.min_points:
-                score = 0.5 * (1.0 + math.erf((self.short - self.mean) / math.sqrt(2.0 * max(self.var, 1e-6))))
-            else:
-                score = 0.5
-            d = raw - self.mean
-            self.mean += p.long_alpha * d
-            self.var = (1 - p.long_alpha) * (self.var + p.long_alpha * d * d)
+            score = self.lik.score(z, p)  # NabParams carries the likelihood's settings under the same names
         if self.n > p.probation:
             tol = p.tolerance * (self.hi - self.lo)
             if x > self.hi + tol or x < self.lo - tol:
