@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.results_file import git_commit, save_results
+from bench.results_file import git_commit, merge_results
 from infersight.flink_jobs.detect.core import Engine, EngineParams
 from infersight.flink_jobs.detect.replay import incidents, run
 from infersight.simulator.scenarios import KINDS, WINDOW_S, Scenario, benchmark_scenarios, generate, make_scenario
@@ -162,11 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     res["quick"] = bool(args.quick)
     res["wall_s"] = round(time.time() - t, 1)
     res["scenarios_commit"] = git_commit()
-    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    for k in ("machine", "commit", "measured_at", "command"):
-        previous.pop(k, None)
-    previous.update(res)
-    save_results(RESULTS, previous)
+    merge_results(RESULTS, res)
     print(json.dumps({k: v for k, v in res.items() if k != "incidents_by_kind"}, indent=2))
     return 0
 

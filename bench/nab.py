@@ -38,7 +38,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.results_file import git_commit, save_results
+from bench.results_file import git_commit, merge_results
 from infersight.flink_jobs.detect.core import DetectorParams
 from infersight.flink_jobs.detect.nab_detector import NabDetector, NabParams
 
@@ -220,11 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     res = evaluate(args.nab_dir, args.out, NAB_DETECTOR)
     res["nab_wall_s"] = round(time.time() - t, 1)
     res["nab_commit"] = git_commit()
-    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    for k in ("machine", "commit", "measured_at", "command"):
-        previous.pop(k, None)
-    previous.update(res)
-    save_results(RESULTS, previous)
+    merge_results(RESULTS, res)
     print(json.dumps({k: v for k, v in res.items() if k != "nab_params"}, indent=2))
     return 0
 

@@ -40,3 +40,13 @@ def save_results(path: Path, result: dict[str, Any]) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def merge_results(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``save_results`` into a file other benchmarks write too (``detection.json``: scenarios and NAB): their keys
+    are kept, this run's replace theirs, and the stamp is this run's."""
+    merged = json.loads(path.read_text()) if path.exists() else {}
+    for stamp in ("machine", "commit", "measured_at", "command"):
+        merged.pop(stamp, None)
+    merged.update(result)
+    return save_results(path, merged)

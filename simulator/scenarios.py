@@ -78,23 +78,16 @@ class Scenario:
         return {"seed": self.seed, "t0": self.t0, "windows": self.windows, "faults": [asdict(f) for f in self.faults]}
 
 
+# minutes a fault lasts, drawn uniformly (any other kind: 5-15)
+DURATION_MIN = {"regional_outage": (5, 15), "latency_creep": (20, 30), "kv_thrash": (5, 10), "global_push": (5, 15),
+                "error_burst": (3, 10), "traffic_surge": (10, 20)}
+
+
 def random_fault(kind: str, start: float, rng: np.random.Generator) -> Fault:
     w = WINDOW_S
     region, model = int(rng.integers(len(REGIONS))), int(rng.integers(len(MODELS)))
-    if kind == "regional_outage":
-        d = rng.uniform(5, 15) * 60
-    elif kind == "latency_creep":
-        d = rng.uniform(20, 30) * 60
-    elif kind == "kv_thrash":
-        d = rng.uniform(5, 10) * 60
-    elif kind == "global_push":
-        d = rng.uniform(5, 15) * 60
-    elif kind == "error_burst":
-        d = rng.uniform(3, 10) * 60
-    elif kind == "traffic_surge":
-        d = rng.uniform(10, 20) * 60
-    else:
-        d = rng.uniform(5, 15) * 60
+    low, high = DURATION_MIN.get(kind, (5, 15))
+    d = rng.uniform(low, high) * 60
     d = round(d / w) * w
     mag = {"regional_outage": 1.0, "latency_creep": float(rng.uniform(1.0, 2.0)), "kv_thrash": 1.0,
            "global_push": float(rng.uniform(0.03, 0.1)), "error_burst": float(rng.uniform(0.05, 0.25)),
