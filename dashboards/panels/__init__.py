@@ -1,0 +1,1 @@
+"""One function per panel; dashboards compose them (``infersight.dashboards.oncall`` ...)."""

@@ -1,0 +1,184 @@
+"""Prometheus rules as code: SLO recording rules, burn-rate alerts, detection and pipeline-health alerts.
+
+Every alert carries ``severity`` (critical pages, warning tickets) and ``region`` labels (Alertmanager routes
+on both) and ``summary`` + ``runbook_url`` annotations; the URL's anchor is the alert's name lowercased, a
+``## <AlertName>`` heading of docs/runbook.md (tests/unit/test_alert_rules.py checks each exists).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infersight.dashboards import slo as S
+from infersight.dashboards.common import ERRORS, REQUESTS, TTFT
+from infersight.schemas import pipeline as P
+
+RUNBOOK = "docs/runbook.md"
+CRITICAL, WARNING = "critical", "warning"
+
+# The SRE workbook's multiwindow, multi-burn-rate alerts ("Alerting on SLOs", table 5-8, recommended
+# parameters for a 30-day SLO): (name, long window, short window, burn rate, severity). Burn rate 14.4 over
+# 1 h spends 2 % of the budget, 6 over 6 h spends 5 %, 1 over 3 d spends 10 %; the short window makes the
+# alert stop soon after the burn stops.
+BURN_ALERTS: tuple[tuple[str, str, str, float, str], ...] = (
+    ("Fast", "1h", "5m", 14.4, CRITICAL),
+    ("Slow", "6h", "30m", 6.0, CRITICAL),
+    ("Ticket", "3d", "6h", 1.0, WARNING),
+)
+WINDOWS = ("5m", "30m", "1h", "6h", "3d")
+
+# Per-region, per-deployment series only (the metrics job also writes region="global" roll-ups).
+REGIONAL = f'{P.LABEL_REGION}!="{P.GLOBAL_REGION}"'
+BY = f"{P.LABEL_REGION}, {P.LABEL_MODEL}"
+WINDOW_REQUESTS = P.prom(P.WINDOW_REQUESTS)
+LATE = P.prom(P.LATE_RECORDS)
+OPEN_INCIDENTS = P.prom(P.OPEN_INCIDENTS)
+ANOMALY_SCORE = P.prom(P.ANOMALY_SCORE)
+
+FRESHNESS_BOUND_S = 45  # measured freshness p99 is ~16 s at 3,000 requests/s (docs/pipeline.md)
+NO_DATA_FOR = "3m"
+LATE_RATIO_BOUND = 0.01
+
+
+def runbook_url(alert: str) -> str:
+    return f"{RUNBOOK}#{alert.lower()}"
+
+
+def alert(name: str, expr: str, severity: str, summary: str, description: str, for_: str = "",
+          labels: dict[str, str] | None = None) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity, **(labels or {})}
+    rule["annotations"] = {"summary": summary, "description": description, "runbook_url": runbook_url(name)}
+    return rule
+
+
+def record(name: str, expr: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    rule: dict[str, Any] = {"record": name, "expr": expr}
+    if labels:
+        rule["labels"] = labels
+    return rule
+
+
+# -- SLOs -----------------------------------------------------------------------------------------------
+def ttft_bad_ratio(w: str) -> str:
+    return f"infersight:slo_ttft_bad:ratio_rate{w}"
+
+
+def errors_ratio(w: str) -> str:
+    return f"infersight:slo_errors:ratio_rate{w}"
+
+
+def burn(slo: str, w: str) -> str:
+    return f"infersight:slo_{slo}:burnrate{w}"
+
+
+def slo_recording_rules(config: S.SLOConfig) -> list[dict[str, Any]]:
+    """Bad-request ratios per (region, model) over each window, then burn rates = ratio / (1 - objective)
+    with each model's objective. Good TTFT = counted in the bucket le=<threshold> (a bound: slo.py checks)."""
+    rules = []
+    for w in (*WINDOWS, f"{config.default.period_days}d"):
+        for matcher, o in config.groups():
+            good = f'{TTFT}_bucket{{{REGIONAL}, {matcher}, le="{S.le(o.ttft_threshold_s)}"}}'
+            total = f"{TTFT}_count{{{REGIONAL}, {matcher}}}"
+            rules.append(record(ttft_bad_ratio(w), f"1 - sum by ({BY}) (rate({good}[{w}]))\n"
+                                                   f"  / sum by ({BY}) (rate({total}[{w}]))"))
+        # A series without errors has no error counter: "or 0 x requests" makes its ratio 0, not absent.
+        req = f"sum by ({BY}) (rate({REQUESTS}{{{REGIONAL}}}[{w}]))"
+        rules.append(record(errors_ratio(w), f"(sum by ({BY}) (rate({ERRORS}{{{REGIONAL}}}[{w}])) or 0 * {req})\n"
+                                             f"  / {req}"))
+    for w in (*WINDOWS, f"{config.default.period_days}d"):
+        for matcher, o in config.groups():
+            rules.append(record(burn("ttft", w), f"{ttft_bad_ratio(w)}{{{matcher}}} / {1 - o.ttft_objective:.6g}"))
+            rules.append(record(burn("errors", w),
+                                f"{errors_ratio(w)}{{{matcher}}} / {1 - o.availability_objective:.6g}"))
+    return rules
+
+
+def slo_alerts() -> list[dict[str, Any]]:
+    out = []
+    for slo, title, what in (("ttft", "TTFT", "requests slower than the TTFT threshold"),
+                             ("errors", "Availability", "failed requests")):
+        for suffix, long_w, short_w, rate, severity in BURN_ALERTS:
+            name = f"Infersight{title}BudgetBurn{suffix}"
+            out.append(alert(
+                name, f"{burn(slo, long_w)} > {rate:g}\nand\n{burn(slo, short_w)} > {rate:g}", severity,
+                f"{{{{ $labels.region }}}}/{{{{ $labels.model }}}}: {what} burn the {title} error budget "
+                f"{{{{ $value | printf \"%.1f\" }}}}x too fast",
+                f"Burn rate over {long_w} and {short_w} above {rate:g} (SRE workbook: at this rate the "
+                f"{long_w} window spends {rate * _hours(long_w) / (30 * 24):.0%} of a 30-day budget).",
+            ))
+    return out
+
+
+def _hours(w: str) -> float:
+    n, unit = float(w[:-1]), w[-1]
+    return n * {"m": 1 / 60, "h": 1, "d": 24}[unit]
+
+
+# -- detection ------------------------------------------------------------------------------------------
+def detection_alerts() -> list[dict[str, Any]]:
+    wide = 'scope_kind=~"region|multi_region|global"'
+    return [
+        alert("InfersightIncidentOpenWide", f"max by (scope_kind, kind) ({OPEN_INCIDENTS}{{{wide}}}) > 0",
+              CRITICAL, "{{ $value }} {{ $labels.kind }} incident(s) open at {{ $labels.scope_kind }} scope",
+              "The detect job correlated anomalies into an incident spanning a region or more; its regions, "
+              "cause and summary are on the infersight.anomalies topic.",
+              labels={"region": "all"}),
+        alert("InfersightIncidentOpen",
+              f'max by (scope_kind, kind) ({OPEN_INCIDENTS}{{scope_kind!~"region|multi_region|global"}}) > 0',
+              WARNING, "{{ $value }} {{ $labels.kind }} incident(s) open at {{ $labels.scope_kind }} scope",
+              "The detect job has an incident open on one series or one model in one region.",
+              labels={"region": "all"}),
+        # The score gauge is written only while an anomaly lasts: last 1 m, so the alert ends with it.
+        alert("InfersightAnomalyActive",
+              f"max by (region, model, signal) (last_over_time({ANOMALY_SCORE}[1m])) > 0", WARNING,
+              "{{ $labels.region }}/{{ $labels.model }}: anomaly on {{ $labels.signal }} "
+              "(score {{ $value | printf \"%.1f\" }})",
+              "A detector of the detect job is in an anomaly episode on this series.", for_="1m"),
+    ]
+
+
+# -- the pipeline itself ----------------------------------------------------------------------------------
+def pipeline_alerts() -> list[dict[str, Any]]:
+    win = f"{WINDOW_REQUESTS}{{{REGIONAL}}}"
+    return [
+        alert("InfersightPipelineStale",
+              f"time() - max by (region) (timestamp({win})) > {FRESHNESS_BOUND_S}", WARNING,
+              "{{ $labels.region }}: newest window is {{ $value | humanizeDuration }} old",
+              f"The metrics job's newest window for the region ended more than {FRESHNESS_BOUND_S} s ago "
+              "(10 s windows; freshness p99 is ~16 s when healthy).", for_="1m"),
+        alert("InfersightRegionNoData",
+              f"count by (region) (max_over_time({win}[1h]))\nunless\n"
+              f"count by (region) (last_over_time({win}[2m]))", CRITICAL,
+              "{{ $labels.region }}: no window from the pipeline for 2 minutes",
+              "The region reported in the last hour but no window reached Prometheus in the last 2 minutes: "
+              "its pods, gateway, or the jobs stopped.", for_="1m"),
+        alert("InfersightPipelineNoData", f"absent(last_over_time({WINDOW_REQUESTS}[2m]))", CRITICAL,
+              "No window from the metrics job in Prometheus for 2 minutes",
+              "Nothing from any region: the metrics job, the sink collector, Kafka or Prometheus' "
+              "remote-write receiver is down.", for_=NO_DATA_FOR, labels={"region": "all"}),
+        alert("InfersightLateRecords",
+              f"sum by (region) (rate({LATE}{{{REGIONAL}}}[10m]))\n"
+              f"  / sum by (region) (rate({REQUESTS}{{{REGIONAL}}}[10m])) > {LATE_RATIO_BOUND:g}", WARNING,
+              "{{ $labels.region }}: {{ $value | humanizePercentage }} of requests miss their window",
+              "Records arriving after their window closed go to infersight.late and are missing from the "
+              "window's numbers.", for_="10m"),
+    ]
+
+
+def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
+    """File name -> rule file (Prometheus' format), as the generator writes them."""
+    return {
+        "slo.rules.yml": {"groups": [
+            {"name": "infersight-slo-recording", "rules": slo_recording_rules(config)},
+            {"name": "infersight-slo-alerts", "rules": slo_alerts()},
+        ]},
+        "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},
+        "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()}]},
+    }
+
+
+def all_alerts(config: S.SLOConfig) -> list[dict[str, Any]]:
+    return [r for f in rule_files(config).values() for g in f["groups"] for r in g["rules"] if "alert" in r]
