@@ -336,10 +336,27 @@ def fence_lingering_transactions(layout, job_id: str, group_id: str) -> int:
 
 
 def latest_checkpoint(layout, job_id: str) -> str | None:
-    """The external path of the job's latest completed checkpoint (retained on cancel), or None."""
+    """The external path of the job's latest completed checkpoint (retained on cancel), or None.
+
+    The REST answer is cached for a few seconds (rest.cache.checkpoint-statistics.timeout): right after a cancel
+    it can name a checkpoint that a newer one has already replaced and deleted (normalize checkpoints every
+    second). Where the checkpoints are on this machine (the native stack), the newest complete one on disk is
+    the truth; restoring an older one would replay output its successor already committed."""
     with urllib.request.urlopen(f"{layout.flink_rest_url}/jobs/{job_id}/checkpoints", timeout=5) as resp:
         latest = (json.loads(resp.read()).get("latest") or {}).get("completed")
+    on_disk = _newest_checkpoint_on_disk(layout, job_id)
+    if on_disk is not None:
+        return on_disk.as_uri()
     return latest.get("external_path") if latest else None
+
+
+def _newest_checkpoint_on_disk(layout, job_id: str) -> Path | None:
+    data = getattr(layout, "data", None)
+    if data is None:
+        return None
+    complete = [(int(d.name[4:]), d) for d in (Path(data) / "flink" / "checkpoints" / job_id).glob("chk-*")
+                if d.name[4:].isdigit() and (d / "_metadata").is_file()]  # _metadata is written last
+    return max(complete)[1] if complete else None
 
 
 def checkpoint_count(layout, job_id: str) -> int:

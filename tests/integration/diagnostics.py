@@ -78,3 +78,16 @@ def stack_report(stack) -> str:
     lines.append(consumer_lag(stack.layout.kafka_bootstrap, "infersight-sink", "infersight.metrics"))
     lines += log_errors(stack.layout.logs)
     return "\n".join(lines)
+
+
+def watermarks(rest_url: str, job_id: str) -> dict[str, float]:
+    """Each vertex's lowest subtask input watermark, in seconds (what decides whether a window can close)."""
+    out = {}
+    try:
+        for v in _get(f"{rest_url}/jobs/{job_id}")["vertices"]:
+            marks = [float(m["value"]) for m in _get(f"{rest_url}/jobs/{job_id}/vertices/{v['id']}/watermarks")]
+            if marks:
+                out[v["name"][:40]] = min(marks) / 1000
+    except (OSError, KeyError, ValueError) as exc:
+        out[f"unreadable: {exc}"] = 0.0
+    return out

@@ -105,8 +105,9 @@ def request_records(bootstrap: str, topic: str, committed: bool = True) -> list[
     return out
 
 
-def prom(url: str, query: str) -> list[dict[str, Any]]:
-    resp = requests.get(f"{url}/api/v1/query", params={"query": query}, timeout=10)
+def prom(url: str, query: str, at_s: float | None = None) -> list[dict[str, Any]]:
+    params = {"query": query} if at_s is None else {"query": query, "time": at_s}
+    resp = requests.get(f"{url}/api/v1/query", params=params, timeout=10)
     resp.raise_for_status()
     return resp.json()["data"]["result"]
 

@@ -388,12 +388,13 @@ def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, 
     """Pods' gauges and cost per deployment (region, model, version, track), per region over deployments and
     per deployment over regions, under their Prometheus names; unit cost joins a deployment's cost with its
     requests' output tokens."""
-    check_pod_rollups(stack)
+    check_pod_rollups(stack, jobs)
 
 
-def check_pod_rollups(stack) -> None:
+def check_pod_rollups(stack, jobs) -> None:
     from infersight.schemas import attributes as A
-    from tests.integration.pipeline_util import produce_pod_gauges, prom_at
+    from tests.integration.diagnostics import watermarks
+    from tests.integration.pipeline_util import produce_pod_gauges, prom, prom_at
 
     bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
     tag = uuid.uuid4().hex[:6]
@@ -442,8 +443,16 @@ def check_pod_rollups(stack) -> None:
 
     depth = P.POD_GAUGES[M.QUEUE_DEPTH].name
     unit_cost = series(P.USD_PER_1M_OUTPUT_TOKENS, region=region, model=P.ALL_DEPLOYMENTS)
+
+    def what_there_is():  # CI keeps only this message: what did arrive, and how far the jobs' watermarks are
+        names = prom(prom_url, f'count by (__name__) ({{region=~"{region}|{flush_region}"}})', end_s + 60)
+        return {"window_end_s": end_s, "now_s": round(time.time()), "flushed_to_s": at[0] / NS,
+                "series": sorted(f"{n['metric'].get('__name__', '')}:{n['value'][1]}" for n in names),
+                "watermarks_s": {m.split(".")[-2]: watermarks(stack.layout.flink_rest_url, j)
+                                 for m, j in jobs.ids.items()}}
+
     wait_until(flush_then(lambda: prom_at(prom_url, unit_cost, end_s + 60) is not None), 240,
-               "the region's unit cost in Prometheus", every_s=5)
+               "the region's unit cost in Prometheus", every_s=5, last_of=what_there_is)
     ours = {"region": region, "model": model, "model_version": "v2", "track": "canary"}
     everyone = {"model": P.ALL_DEPLOYMENTS, "model_version": P.ALL_DEPLOYMENTS, "track": P.ALL_DEPLOYMENTS}
     assert value(depth, **ours, stat="sum") == 7 and value(depth, **ours, stat="max") == 4

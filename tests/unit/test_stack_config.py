@@ -213,3 +213,44 @@ def test_cli_reports_errors_without_a_traceback(tmp_path):
     assert out.returncode == 1
     assert out.stderr.startswith("error: base port 80") and "Traceback" not in out.stderr
     assert Path(tmp_path).exists()
+
+
+def test_latest_checkpoint_is_the_newest_complete_one_on_disk_not_the_stale_rest_answer(tmp_path):
+    """Right after a cancel Flink's REST cache can still name a checkpoint its successor deleted (CI: restoring
+    it failed the submission); the newest one with its _metadata on disk wins."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from types import SimpleNamespace
+
+    from infersight.stack import jobs
+
+    job = "ab" * 16
+    root = tmp_path / "flink" / "checkpoints" / job
+    for n, complete in ((136, True), (138, True), (139, False)):  # 139: still being written
+        (root / f"chk-{n}").mkdir(parents=True)
+        if complete:
+            (root / f"chk-{n}" / "_metadata").write_bytes(b"x")
+    stale = {"latest": {"completed": {"id": 137, "external_path": f"file:{root}/chk-137"}}}
+
+    class Rest(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(stale).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Rest)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        assert jobs.latest_checkpoint(SimpleNamespace(flink_rest_url=url, data=tmp_path), job) == \
+            (root / "chk-138").as_uri()
+        # no checkpoints on this machine (a containerised cluster): the REST answer
+        assert jobs.latest_checkpoint(SimpleNamespace(flink_rest_url=url), job) == f"file:{root}/chk-137"
+    finally:
+        server.shutdown()
