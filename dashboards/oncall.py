@@ -15,6 +15,7 @@ def build(config: S.SLOConfig):
                      "saturation, open incidents and the pipeline's freshness.", ["oncall", "slo"])
     for v in variables():
         dash = dash.with_variable(v)
+    dash = dash.annotation(detection.incident_annotation())
     return compose(dash, [
         ("Health by region", [health.request_rate(), health.error_ratio(config),
                               health.ttft_p99(config), health.itl_p99()]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
@@ -43,3 +44,10 @@ def active_anomalies():
         .thresholds(thresholds((None, "green"), (12, "orange"), (30, "red"))).height(8).span(12))
     return panel.with_target(query(f"max by (region, model, track, signal) (last_over_time({SCORE}{SEL}[1m]))",
                                    instant=True).format(PromQueryFormat.TABLE))
+
+
+def incident_annotation():
+    """Marks on every time series while the detect job has an incident open (Grafana joins consecutive
+    points into a region per scope and kind)."""
+    return (db.AnnotationQuery().name("Open incidents").datasource(DATASOURCE).enable(True).icon_color("red")
+            .expr(f"sum by (scope_kind, kind) ({OPEN}) > 0"))

@@ -1,0 +1,138 @@
+"""The generated dashboards: checked in as generated, every panel with a unit, a datasource and thresholds,
+every query on a metric the pipeline writes (schemas) or a recording rule we generate."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from infersight.dashboards import generate, rules
+from infersight.dashboards import slo as S
+from infersight.dashboards.common import DATASOURCE_UID, VARIABLES
+from infersight.schemas import pipeline as P
+
+GENERATED = generate.OUT
+PROVISIONING = GENERATED.parent / "provisioning"
+
+
+def _dashboards() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(GENERATED.glob("*.json"))}
+
+
+def _panels(d: dict) -> list[dict]:
+    return [p for p in d["panels"] if p["type"] != "row"]
+
+
+def test_regenerating_gives_exactly_the_checked_in_files():
+    problems = generate.differences()
+    assert not problems, "dashboards/generated/ is out of date (run python -m infersight.dashboards.generate): " \
+                         + "; ".join(problems)
+
+
+def test_the_check_names_a_hand_edited_file(tmp_path):
+    out = tmp_path / "generated"
+    generate.write(out)
+    assert generate.differences(out) == []
+    first = sorted(out.glob("*.json"))[0]
+    first.write_text(first.read_text().replace('"type": "prometheus"', '"type": "loki"'))
+    (out / "old.json").write_text("{}")
+    assert generate.differences(out) == [f"{first.name}: differs", "old.json: not generated (stale)"]
+
+
+def test_at_least_four_dashboards_of_four_panels_with_unique_uids():
+    dashboards = _dashboards()
+    assert len(dashboards) >= 4
+    for uid, d in dashboards.items():
+        assert d["uid"] == uid
+        assert len(_panels(d)) >= 4, uid
+        ids = [p["id"] for p in d["panels"]]
+        assert len(ids) == len(set(ids)), uid
+
+
+def test_every_panel_has_a_unit_a_datasource_thresholds_and_queries():
+    for uid, d in _dashboards().items():
+        for p in _panels(d):
+            where = f"{uid}: {p['title']}"
+            assert p["datasource"] == {"type": "prometheus", "uid": DATASOURCE_UID}, where
+            assert p["fieldConfig"]["defaults"].get("unit"), where
+            assert p["fieldConfig"]["defaults"]["thresholds"]["steps"], where
+            assert p.get("description"), where
+            assert p["targets"] and all(t["expr"] and t["datasource"]["uid"] == DATASOURCE_UID
+                                        for t in p["targets"]), where
+
+
+def test_deployment_dashboards_have_the_four_variables():
+    for uid in ("infersight-oncall", "infersight-cost"):
+        names = [v["name"] for v in _dashboards()[uid]["templating"]["list"]]
+        assert names == list(VARIABLES), uid
+
+
+def _known_names() -> set[str]:
+    names = set()
+    for o in P.OUTPUTS:
+        names.add(o.prometheus)
+        if o.kind == "histogram":
+            names |= {o.prometheus + s for s in ("_bucket", "_count", "_sum")}
+    config = S.load()
+    for f in rules.rule_files(config).values():
+        names |= {r["record"] for g in f["groups"] for r in g["rules"] if "record" in r}
+    return names
+
+
+# PromQL words that look like metric names; anything else before "{" / "[" / ")" must be a real metric
+_PROMQL = {"sum", "max", "min", "avg", "count", "rate", "increase", "by", "time", "timestamp", "last_over_time",
+           "max_over_time", "label_values", "absent", "or", "and", "unless"}
+_NAME = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?=\{|\[)")
+
+
+def test_every_query_reads_a_metric_the_pipeline_writes():
+    known = _known_names()
+    seen = set()
+    for uid, d in _dashboards().items():
+        exprs = [t["expr"] for p in _panels(d) for t in p["targets"]]
+        exprs += [v["query"]["query"] for v in d["templating"]["list"]]
+        exprs += [a["expr"] for a in d["annotations"].get("list", [])]
+        for expr in exprs:
+            for name in _NAME.findall(expr):
+                if name not in _PROMQL:
+                    assert name in known, f"{uid}: {name} is written by nothing ({expr})"
+                    seen.add(name)
+    assert len(seen) >= 15  # the regex found the names (a sanity check of the test itself)
+
+
+def test_provisioning_points_grafana_at_the_datasource_the_panels_use():
+    ds = (PROVISIONING / "datasources" / "prometheus.yaml").read_text()
+    assert f"uid: {DATASOURCE_UID}" in ds
+    assert "type: file" in (PROVISIONING / "dashboards" / "infersight.yaml").read_text()
+
+
+def test_ttft_slo_thresholds_must_be_histogram_bounds(tmp_path):
+    cfg = tmp_path / "slo.yaml"
+    cfg.write_text("default: {ttft_threshold_s: 0.2, ttft_objective: 0.99, availability_objective: 0.999, "
+                   "period_days: 30}\n")
+    with pytest.raises(ValueError, match="not a TTFT bucket bound"):
+        S.load(cfg)
+    assert S.load().default.ttft_threshold_s in S.M.TTFT_BUCKETS
+
+
+def test_a_model_gets_its_own_objective_and_the_rest_the_default(tmp_path):
+    cfg = tmp_path / "slo.yaml"
+    cfg.write_text("default: {ttft_threshold_s: 0.25, ttft_objective: 0.99, availability_objective: 0.999, "
+                   "period_days: 30}\nmodels:\n  big: {ttft_threshold_s: 0.5, ttft_objective: 0.95}\n")
+    config = S.load(cfg)
+    assert config.models["big"] == S.Objective(0.5, 0.95, 0.999, 30)
+    exprs = [r["expr"] for r in rules.slo_recording_rules(config)]
+    assert any('model="big", le="0.5"' in e for e in exprs)
+    assert any('model!~"big", le="0.25"' in e for e in exprs)
+    assert 'infersight:slo_ttft_bad:ratio_rate1h{model="big"} / 0.05' in exprs
+    with pytest.raises(ValueError, match="unknown key"):
+        cfg.write_text("default: {ttft_threshold_s: 0.25, ttft_objective: 0.99, availability_objective: 0.999, "
+                       "period_days: 30, ttft: 1}\n")
+        S.load(cfg)
+
+
+def test_generated_readme_stays():
+    assert (GENERATED / "README.md").exists() and Path(generate.__file__).parent.name == "dashboards"
