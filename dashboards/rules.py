@@ -25,7 +25,9 @@ BURN_ALERTS: tuple[tuple[str, str, str, float, str], ...] = (
     ("Slow", "6h", "30m", 6.0, CRITICAL),
     ("Ticket", "3d", "6h", 1.0, WARNING),
 )
-WINDOWS = ("5m", "30m", "1h", "6h", "3d")
+SHORT_WINDOWS = ("5m", "30m", "1h", "6h")
+LONG_WINDOWS = ("3d",)
+WINDOWS = (*SHORT_WINDOWS, *LONG_WINDOWS)
 
 # Per-region, per-deployment series only (the metrics job also writes region="global" roll-ups).
 REGIONAL = f'{P.LABEL_REGION}!="{P.GLOBAL_REGION}"'
@@ -74,11 +76,11 @@ def burn(slo: str, w: str) -> str:
     return f"infersight:slo_{slo}:burnrate{w}"
 
 
-def slo_recording_rules(config: S.SLOConfig) -> list[dict[str, Any]]:
+def slo_recording_rules(config: S.SLOConfig, windows: tuple[str, ...] = WINDOWS) -> list[dict[str, Any]]:
     """Bad-request ratios per (region, model) over each window, then burn rates = ratio / (1 - objective)
     with each model's objective. Good TTFT = counted in the bucket le=<threshold> (a bound: slo.py checks)."""
     rules = []
-    for w in (*WINDOWS, f"{config.default.period_days}d"):
+    for w in windows:
         for matcher, o in config.groups():
             good = f'{TTFT}_bucket{{{REGIONAL}, {matcher}, le="{S.le(o.ttft_threshold_s)}"}}'
             total = f"{TTFT}_count{{{REGIONAL}, {matcher}}}"
@@ -88,7 +90,6 @@ def slo_recording_rules(config: S.SLOConfig) -> list[dict[str, Any]]:
         req = f"sum by ({BY}) (rate({REQUESTS}{{{REGIONAL}}}[{w}]))"
         rules.append(record(errors_ratio(w), f"(sum by ({BY}) (rate({ERRORS}{{{REGIONAL}}}[{w}])) or 0 * {req})\n"
                                              f"  / {req}"))
-    for w in (*WINDOWS, f"{config.default.period_days}d"):
         for matcher, o in config.groups():
             rules.append(record(burn("ttft", w), f"{ttft_bad_ratio(w)}{{{matcher}}} / {1 - o.ttft_objective:.6g}"))
             rules.append(record(burn("errors", w),
@@ -172,7 +173,10 @@ def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
     """File name -> rule file (Prometheus' format), as the generator writes them."""
     return {
         "slo.rules.yml": {"groups": [
-            {"name": "infersight-slo-recording", "rules": slo_recording_rules(config)},
+            {"name": "infersight-slo-recording", "rules": slo_recording_rules(config, SHORT_WINDOWS)},
+            # the long windows read days of samples: once a minute is often enough for 3 d and 30 d
+            {"name": "infersight-slo-recording-long", "interval": "1m",
+             "rules": slo_recording_rules(config, (*LONG_WINDOWS, f"{config.default.period_days}d"))},
             {"name": "infersight-slo-alerts", "rules": slo_alerts()},
         ]},
         "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},

@@ -73,6 +73,10 @@ def prometheus_dir() -> Path:
     return cache_dir() / "prometheus"
 
 
+def alertmanager_dir() -> Path:
+    return cache_dir() / "alertmanager"
+
+
 def resource(package: str, name: str) -> Path:
     """A file shipped inside an infersight package (configs, manifests)."""
     return Path(str(resources.files(package).joinpath(name)))

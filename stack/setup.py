@@ -1,5 +1,5 @@
 """Idempotent set-up of everything the stack runs: Kafka and Flink jars (Maven), the otelcol
-build (OpenTelemetry Collector Builder) and Prometheus (Debian's package).
+build (OpenTelemetry Collector Builder), Prometheus and Alertmanager (Debian's packages).
 
 Each step checks its cache first, prints what it does, and ends with a StackError naming the
 problem and the fix when a prerequisite is missing. The Python environment itself is made by
@@ -34,6 +34,7 @@ def ensure_all() -> float:
     ensure_jars()
     ensure_otelcol()
     ensure_prometheus()
+    ensure_alertmanager()
     return time.monotonic() - t0
 
 
@@ -192,26 +193,47 @@ def ensure_prometheus() -> None:
     if prometheus_binary().exists():
         log(f"Prometheus: found {prometheus_binary()}")
         return
+    _debian_package("prometheus", paths.prometheus_dir(), "install Prometheus 2.42+ (your package manager, "
+                    "or the release tarball) so `prometheus` is on PATH, then rerun")
+    log(f"Prometheus: {prometheus_binary()}")
+
+
+def _debian_package(package: str, target: Path, no_apt_fix: str) -> None:
+    """Debian's package unpacked into ``target`` (apt-get download + dpkg-deb -x: no system service, no root
+    needed when the package lists are fresh)."""
     apt = shutil.which("apt-get")
     if not apt:
-        raise StackError(
-            "Prometheus is not installed and this machine has no apt-get",
-            "install Prometheus 2.42+ (your package manager, or the release tarball) so `prometheus` "
-            "is on PATH, then rerun",
-        )
-    log("Prometheus: fetching Debian's package (unpacked into the cache; no system service) ...")
+        raise StackError(f"{package} is not installed and this machine has no apt-get", no_apt_fix)
+    log(f"{package}: fetching Debian's package (unpacked into the cache; no system service) ...")
     debs = paths.cache_dir() / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     fix = "run `apt-get update` as root and check that Debian's mirror is reachable, then rerun"
     try:
-        _run([apt, "download", "prometheus"], "apt-get download prometheus", fix, cwd=debs)
+        _run([apt, "download", package], f"apt-get download {package}", fix, cwd=debs)
     except StackError:
         if os.geteuid() != 0:
             raise
         _run([apt, "update", "-qq"], "apt-get update", fix)
-        _run([apt, "download", "prometheus"], "apt-get download prometheus", fix, cwd=debs)
-    deb = sorted(debs.glob("prometheus_*.deb"))[-1]
-    target = paths.prometheus_dir()
+        _run([apt, "download", package], f"apt-get download {package}", fix, cwd=debs)
+    deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
     shutil.rmtree(target, ignore_errors=True)
-    _run(["dpkg-deb", "-x", str(deb), str(target)], "unpacking prometheus", fix)
-    log(f"Prometheus: {prometheus_binary()}")
+    _run(["dpkg-deb", "-x", str(deb), str(target)], f"unpacking {package}", fix)
+
+
+# -- Alertmanager (Debian's prometheus-alertmanager 0.25, with amtool) ------------------------------------------
+
+def alertmanager_binary() -> Path:
+    cached = paths.alertmanager_dir() / "usr" / "bin" / "prometheus-alertmanager"
+    if cached.exists():
+        return cached
+    found = shutil.which("alertmanager") or shutil.which("prometheus-alertmanager")
+    return Path(found) if found else cached
+
+
+def ensure_alertmanager() -> None:
+    if alertmanager_binary().exists():
+        log(f"Alertmanager: found {alertmanager_binary()}")
+        return
+    _debian_package("prometheus-alertmanager", paths.alertmanager_dir(), "install Alertmanager 0.25+ (your "
+                    "package manager, or the release tarball) so `alertmanager` is on PATH, then rerun")
+    log(f"Alertmanager: {alertmanager_binary()}")

@@ -112,3 +112,22 @@ def test_burn_rate_alerts_follow_the_workbook_table():
     for _s, long_w, short_w, _r, _sev in rules.BURN_ALERTS:
         for slo in ("ttft", "errors"):
             assert {rules.burn(slo, long_w), rules.burn(slo, short_w)} <= names
+
+
+def test_amtool_accepts_alertmanager_yml_and_routes_by_severity_and_region():
+    from infersight.stack.setup import alertmanager_binary
+
+    amtool = alertmanager_binary().with_name("amtool")
+    if not amtool.exists():
+        pytest.skip("amtool not installed (`infersight setup` fetches Debian's prometheus-alertmanager with it)")
+    config = generate.OUT / "alertmanager.yml"
+    done = subprocess.run([str(amtool), "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    def receiver(*labels: str) -> str:
+        out = subprocess.run([str(amtool), "config", "routes", "test", f"--config.file={config}", *labels],
+                             capture_output=True, text=True, timeout=60)
+        return out.stdout.strip()
+
+    assert receiver("severity=critical", "region=eu-west-1", "alertname=InfersightTTFTBudgetBurnFast") == "page"
+    assert receiver("severity=warning", "region=eu-west-1", "alertname=InfersightAnomalyActive") == "ticket"
