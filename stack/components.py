@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from infersight.stack import flink_config, paths
 from infersight.stack.ports import PortPlan
 from infersight.stack.security import TransportSecurity, write_private
@@ -109,6 +111,7 @@ class StackLayout:
         return [
             self.kafka(),
             self.prometheus(),
+            *([self.alertmanager()] if self.ports.alertmanager else []),
             *(self.gateway(i, r) for i, r in enumerate(self.regions)),
             self.sink(),
             self.flink_jobmanager(),
@@ -168,6 +171,29 @@ class StackLayout:
             prepare=prepare,
         )
 
+    @property
+    def prometheus_base_config(self) -> Path:
+        """The config docker-compose mounts; the native stack writes its own copy (``prometheus_config``)."""
+        return paths.stack_config("prometheus/prometheus.yml")
+
+    @property
+    def prometheus_config(self) -> Path:
+        return self.state_dir / "prometheus" / "prometheus.yml"
+
+    def write_prometheus_config(self) -> None:
+        """The base config with this stack's paths and ports: the generated rule files (dashboards/generated/
+        rules) and this stack's Alertmanager (none for a plan saved before it joined the stack)."""
+        config = yaml.safe_load(self.prometheus_base_config.read_text())
+        config["rule_files"] = [str(paths.resource("infersight.dashboards", "generated/rules") / "*.yml")]
+        if self.ports.alertmanager:
+            config["alerting"] = {"alertmanagers": [
+                {"static_configs": [{"targets": [f"{self.host}:{self.ports.alertmanager}"]}]}]}
+        else:
+            config.pop("alerting", None)
+        self.prometheus_config.parent.mkdir(parents=True, exist_ok=True)
+        self.prometheus_config.write_text(f"# Written by the stack from {self.prometheus_base_config}\n"
+                                          + yaml.safe_dump(config, sort_keys=False))
+
     def prometheus(self) -> Component:
         from infersight.stack.setup import prometheus_binary
 
@@ -175,15 +201,51 @@ class StackLayout:
             name="prometheus",
             argv=[
                 str(prometheus_binary()),
-                f"--config.file={paths.stack_config('prometheus/prometheus.yml')}",
+                f"--config.file={self.prometheus_config}",
                 f"--storage.tsdb.path={self.data / 'prometheus'}",
                 f"--web.listen-address={self.host}:{self.ports.prometheus}",
                 "--web.enable-remote-write-receiver",
+                # the latency histograms' native form (schemas.pipeline.EXPONENTIAL_SCALE); without it 2.42 refuses
+                # them and the sink's exporter retries forever, holding back every later metric
+                "--enable-feature=native-histograms",
                 "--storage.tsdb.retention.time=15d",
             ],
             log=self.logs / "prometheus.log",
             ports={"http": self.ports.prometheus},
             healthy=lambda: http_ok(f"{self.prometheus_url}/-/ready"),
+            prepare=self.write_prometheus_config,
+        )
+
+    @property
+    def alertmanager_url(self) -> str:
+        return f"http://{self.host}:{self.ports.alertmanager}"
+
+    def alertmanager(self) -> Component:
+        """Debian's Alertmanager with the generated routing (dashboards/generated/alertmanager.yml), posting to
+        INFERSIGHT_ALERT_WEBHOOK (default: dashboards.alertmanager.WEBHOOK)."""
+        from infersight.dashboards import alertmanager as am
+        from infersight.stack.setup import alertmanager_binary
+
+        config = self.state_dir / "alertmanager" / "alertmanager.yml"
+
+        def prepare() -> None:
+            config.parent.mkdir(parents=True, exist_ok=True)
+            webhook = os.environ.get("INFERSIGHT_ALERT_WEBHOOK", am.WEBHOOK)
+            config.write_text(yaml.safe_dump(am.config(webhook), sort_keys=False))
+
+        return Component(
+            name="alertmanager",
+            argv=[
+                str(alertmanager_binary()),
+                f"--config.file={config}",
+                f"--storage.path={self.data / 'alertmanager'}",
+                f"--web.listen-address={self.host}:{self.ports.alertmanager}",
+                "--cluster.listen-address=",  # one instance: no gossip port
+            ],
+            log=self.logs / "alertmanager.log",
+            ports={"http": self.ports.alertmanager},
+            healthy=lambda: http_ok(f"{self.alertmanager_url}/-/ready"),
+            prepare=prepare,
         )
 
     def _collector(self, name: str, config: str, health: int, telemetry: int, ports: dict[str, int],

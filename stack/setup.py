@@ -230,10 +230,30 @@ def alertmanager_binary() -> Path:
     return Path(found) if found else cached
 
 
+# Debian's build reads its notification templates from this fixed path (no flag moves it): without them it
+# rejects every config ("failed to parse templates").
+ALERTMANAGER_TEMPLATES = Path("/usr/share/prometheus/alertmanager")
+
+
 def ensure_alertmanager() -> None:
     if alertmanager_binary().exists():
         log(f"Alertmanager: found {alertmanager_binary()}")
+    else:
+        _debian_package("prometheus-alertmanager", paths.alertmanager_dir(), "install Alertmanager 0.25+ (your "
+                        "package manager, or the release tarball) so `alertmanager` is on PATH, then rerun")
+        log(f"Alertmanager: {alertmanager_binary()}")
+    if not alertmanager_binary().is_relative_to(paths.alertmanager_dir()):
+        return  # an installed Alertmanager brings its own templates
+    shipped = paths.alertmanager_dir() / ALERTMANAGER_TEMPLATES.relative_to("/")
+    missing = [t for t in sorted(shipped.glob("*.tmpl")) if not (ALERTMANAGER_TEMPLATES / t.name).exists()]
+    if not missing:
         return
-    _debian_package("prometheus-alertmanager", paths.alertmanager_dir(), "install Alertmanager 0.25+ (your "
-                    "package manager, or the release tarball) so `alertmanager` is on PATH, then rerun")
-    log(f"Alertmanager: {alertmanager_binary()}")
+    try:  # the package's own files, where the package would put them
+        ALERTMANAGER_TEMPLATES.mkdir(parents=True, exist_ok=True)
+        for t in missing:
+            shutil.copyfile(t, ALERTMANAGER_TEMPLATES / t.name)
+    except OSError as exc:
+        raise StackError(f"Debian's Alertmanager needs its templates in {ALERTMANAGER_TEMPLATES} ({exc})",
+                         f"copy {shipped}/*.tmpl there as root (or install prometheus-alertmanager), then rerun"
+                         ) from None
+    log(f"Alertmanager: templates copied to {ALERTMANAGER_TEMPLATES}")

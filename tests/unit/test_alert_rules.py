@@ -131,3 +131,23 @@ def test_amtool_accepts_alertmanager_yml_and_routes_by_severity_and_region():
 
     assert receiver("severity=critical", "region=eu-west-1", "alertname=InfersightTTFTBudgetBurnFast") == "page"
     assert receiver("severity=warning", "region=eu-west-1", "alertname=InfersightAnomalyActive") == "ticket"
+
+
+def test_the_native_stack_loads_the_rules_and_finds_its_alertmanager(tmp_path):
+    from infersight.stack.components import StackLayout
+    from infersight.stack.ports import PortPlan
+
+    layout = StackLayout(tmp_path, PortPlan.from_base(20000))
+    layout.write_prometheus_config()
+    config = yaml.safe_load(layout.prometheus_config.read_text())
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:20007"]
+    assert config["storage"]["tsdb"]["out_of_order_time_window"] == "30m"  # the base config's settings kept
+    done = _promtool_run("check", "config", layout.prometheus_config)  # loads the rule files it names
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("SUCCESS") >= 1 + len(list(RULES.glob("*.yml")))
+    # a plan saved before Alertmanager joined (port 0): no alerting section, no alertmanager component
+    old = PortPlan.from_dict({k: v for k, v in PortPlan.from_base(20000).to_dict().items() if k != "alertmanager"})
+    layout = StackLayout(tmp_path, old)
+    layout.write_prometheus_config()
+    assert "alerting" not in yaml.safe_load(layout.prometheus_config.read_text())
+    assert "alertmanager" not in [c.name for c in layout.components()]

@@ -89,13 +89,27 @@ def test_sink_uses_the_native_config_and_health_port():
 
 def test_prometheus_matches_the_native_flags_config_and_port(tmp_path):
     prom = SERVICES["prometheus"]
-    native = StackLayout(tmp_path, DEFAULT).prometheus().argv
-    native_config = next(a.split("=", 1)[1] for a in native if a.startswith("--config.file="))
-    assert mounts(prom)["/etc/prometheus/prometheus.yml"] == rel(Path(native_config))
+    layout = StackLayout(tmp_path, DEFAULT)
+    native = layout.prometheus().argv
+    # the native stack runs a copy of the mounted config with its own rule folder and Alertmanager port
+    assert f"--config.file={layout.prometheus_config}" in native
+    assert mounts(prom)["/etc/prometheus/prometheus.yml"] == rel(layout.prometheus_base_config)
+    assert mounts(prom)["/etc/prometheus/rules"] == rel(paths.resource("infersight.dashboards", "generated/rules"))
     flags = {a.split("=")[0] for a in native[1:]}
     assert flags == {a.split("=")[0] for a in prom["command"]}
     assert "--web.enable-remote-write-receiver" in prom["command"]
     assert published(prom)[9090] == DEFAULT.prometheus
+
+
+def test_alertmanager_matches_the_native_flags_config_and_port(tmp_path):
+    am = SERVICES["alertmanager"]
+    native = StackLayout(tmp_path, DEFAULT).alertmanager().argv
+    assert {a.split("=")[0] for a in native[1:]} == {a.split("=")[0] for a in am["command"]}
+    assert mounts(am)["/etc/alertmanager/alertmanager.yml"] == "dashboards/generated/alertmanager.yml"
+    assert published(am)[9093] == DEFAULT.alertmanager
+    base = yaml.safe_load(StackLayout(tmp_path, DEFAULT).prometheus_base_config.read_text())
+    assert base["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    assert base["rule_files"] == ["/etc/prometheus/rules/*.yml"]
 
 
 def test_kafka_uses_the_native_server_properties_and_port():
