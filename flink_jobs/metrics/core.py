@@ -124,6 +124,9 @@ def _add_totals(batch: MetricsBatch, labels: dict[str, str], cumulative: Cumulat
         total = cumulative.dists[field]
         if total.n:
             batch.histogram(name, "s", labels, bounds, total.counts, total.total, t0, t)
+            offset, counts = total.exponential_buckets()
+            batch.exponential_histogram(name, "s", labels, P.EXPONENTIAL_SCALE, total.zero, offset, counts,
+                                        total.total, t0, t)
 
 
 def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: Cumulative) -> bytes:

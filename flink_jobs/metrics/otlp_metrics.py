@@ -40,6 +40,8 @@ class MetricsBatch:
                 metric.sum.aggregation_temporality = AGGREGATION_TEMPORALITY_CUMULATIVE
             elif kind == "histogram":
                 metric.histogram.aggregation_temporality = AGGREGATION_TEMPORALITY_CUMULATIVE
+            elif kind == "exponential":
+                metric.exponential_histogram.aggregation_temporality = AGGREGATION_TEMPORALITY_CUMULATIVE
             else:
                 metric.gauge.SetInParent()
             self._metrics[(name, kind)] = metric
@@ -63,6 +65,20 @@ class MetricsBatch:
         point.explicit_bounds.extend(bounds)
         point.bucket_counts.extend(counts)
         point.count = sum(point.bucket_counts)
+        point.sum = total
+        point.start_time_unix_nano, point.time_unix_nano = start_ns, time_ns
+
+    def exponential_histogram(self, name: str, unit: str, labels: Mapping[str, str], scale: int, zero_count: int,
+                              offset: int, counts: Sequence[int], total: float, start_ns: int,
+                              time_ns: int) -> None:
+        """The same distribution as exponential buckets (the exporter writes a native histogram of that name,
+        beside the explicit one's _bucket/_sum/_count series)."""
+        point = self._metric(name, unit, "exponential").exponential_histogram.data_points.add()
+        point.attributes.extend(_attributes(labels))
+        point.scale, point.zero_count = scale, zero_count
+        point.positive.offset = offset
+        point.positive.bucket_counts.extend(counts)
+        point.count = zero_count + sum(counts)
         point.sum = total
         point.start_time_unix_nano, point.time_unix_nano = start_ns, time_ns
 

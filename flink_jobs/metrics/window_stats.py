@@ -1,5 +1,8 @@
 """Mergeable per-window statistics of request records: counts, errors, tokens, and for each latency
-distribution both fixed-bucket histogram counts (the semconv/vLLM boundaries) and a DDSketch.
+distribution fixed-bucket histogram counts (the semconv/vLLM boundaries: SLO thresholds are bounds, so
+good-request counts are exact), exponential-bucket counts (OTLP exponential histogram -> a Prometheus native
+histogram: quantiles over any range within half a bucket, ~0.5 % at scale 6) and a DDSketch (per-window
+quantiles).
 
 Everything here merges exactly (counts, bucket counts) or within the sketch's relative accuracy
 (quantiles), which is what makes the region -> global roll-up correct: percentiles are merged,
@@ -10,11 +13,21 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from math import ceil, log2
 from typing import Any
 
 from ddsketch import DDSketch
 
-from infersight.schemas.pipeline import DISTRIBUTIONS, SKETCH_RELATIVE_ACCURACY
+from infersight.schemas.pipeline import DISTRIBUTIONS, EXPONENTIAL_SCALE, SKETCH_RELATIVE_ACCURACY
+
+_INDEX_FACTOR = 2.0 ** EXPONENTIAL_SCALE
+
+
+def exponential_index(value: float) -> int:
+    """The OTLP exponential bucket of a positive value at ``EXPONENTIAL_SCALE``: bucket i holds
+    (base**i, base**(i+1)], base = 2**(2**-scale) (the spec's logarithm method; a value within a rounding error
+    of a boundary may land on either side of it, as the spec allows)."""
+    return ceil(log2(value) * _INDEX_FACTOR) - 1
 
 
 def distribution_values(record: dict[str, Any]) -> dict[str, float]:
@@ -53,13 +66,16 @@ def fact_of(record: dict[str, Any]) -> Fact:
 
 
 class Distribution:
-    """One latency distribution of a window: bucket counts, sum, count, and a sketch."""
+    """One latency distribution of a window: bucket counts (explicit and exponential), sum, count, and a
+    sketch."""
 
-    __slots__ = ("bounds", "counts", "total", "n", "sketch")
+    __slots__ = ("bounds", "counts", "exp", "zero", "total", "n", "sketch")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
+        self.exp: dict[int, int] = {}  # exponential bucket index -> count (values > 0)
+        self.zero = 0  # values <= 0: the exponential histogram's zero bucket
         self.total = 0.0
         self.n = 0
         self.sketch: DDSketch | None = None  # made on first use: most windows lack some distributions
@@ -67,6 +83,11 @@ class Distribution:
     def add(self, value: float) -> None:
         # OTLP explicit buckets: bucket i holds (bounds[i-1], bounds[i]], the last (bounds[-1], +inf)
         self.counts[bisect_left(self.bounds, value)] += 1
+        if value > 0.0:
+            i = ceil(log2(value) * _INDEX_FACTOR) - 1  # exponential_index, inlined: once per request and field
+            self.exp[i] = self.exp.get(i, 0) + 1
+        else:
+            self.zero += 1
         self.total += value
         self.n += 1
         if self.sketch is None:
@@ -76,6 +97,10 @@ class Distribution:
     def merge(self, other: Distribution, sketch: bool = True) -> None:
         """Add ``other`` in; ``sketch=False`` adds only the buckets, sum and count (running totals)."""
         self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        exp = self.exp
+        for i, n in other.exp.items():
+            exp[i] = exp.get(i, 0) + n
+        self.zero += other.zero
         self.total += other.total
         self.n += other.n
         if sketch and other.sketch is not None:
@@ -85,6 +110,13 @@ class Distribution:
 
     def quantile(self, q: float) -> float | None:
         return self.sketch.get_quantile_value(q) if self.sketch is not None and self.n else None
+
+    def exponential_buckets(self) -> tuple[int, list[int]]:
+        """The positive buckets as OTLP writes them: the first index and dense counts from there."""
+        if not self.exp:
+            return 0, []
+        lo, hi = min(self.exp), max(self.exp)
+        return lo, [self.exp.get(i, 0) for i in range(lo, hi + 1)]
 
 
 class WindowStats:

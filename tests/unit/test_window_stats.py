@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+
 import numpy as np
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -82,7 +85,8 @@ def test_encoded_window_carries_cumulative_counters_histograms_and_quantiles():
     totals.add_window(first)
     totals.add_window(second)
     req = ExportMetricsServiceRequest.FromString(core.encode_window(key, START + 20 * 10**9, second, totals))
-    metrics = {m.name: m for m in req.resource_metrics[0].scope_metrics[0].metrics}
+    metrics = {m.name: m for m in req.resource_metrics[0].scope_metrics[0].metrics if m.HasField("sum")
+               or m.HasField("gauge") or m.HasField("histogram")}
     [requests] = metrics[P.REQUESTS].sum.data_points
     assert requests.as_double == 2_000 and metrics[P.REQUESTS].sum.is_monotonic
     [window] = metrics[P.WINDOW_REQUESTS].gauge.data_points
@@ -91,6 +95,16 @@ def test_encoded_window_carries_cumulative_counters_histograms_and_quantiles():
     assert list(hist.bucket_counts) == [a + b for a, b in zip(first.dists["ttft_s"].counts,
                                                               second.dists["ttft_s"].counts, strict=True)]
     assert {kv.key: kv.value.string_value for kv in hist.attributes} == keys.labels_of(key)
+    # the same totals as exponential buckets (a native histogram in Prometheus), beside the explicit ones
+    [native] = [p for m in req.resource_metrics[0].scope_metrics[0].metrics if m.HasField("exponential_histogram")
+                and m.name == M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN for p in m.exponential_histogram.data_points]
+    assert native.scale == P.EXPONENTIAL_SCALE and native.count == hist.count and native.sum == hist.sum
+    ttfts = [r["ttft_s"] for r in recs if r.get("error_type") is None and r.get("ttft_s") is not None]
+    base = 2 ** (2 ** -P.EXPONENTIAL_SCALE)
+    expected = Counter(math.ceil(math.log(v, base)) - 1 for v in ttfts)  # bucket i: (base**i, base**(i+1)]
+    got = {native.positive.offset + i: n for i, n in enumerate(native.positive.bucket_counts) if n}
+    assert got == dict(expected) and native.zero_count == 0
+    assert {kv.key: kv.value.string_value for kv in native.attributes} == keys.labels_of(key)
     quantiles = metrics[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN + P.WINDOW_QUANTILE_SUFFIX].gauge.data_points
     assert sorted(kv.value.string_value for p in quantiles for kv in p.attributes if kv.key == "quantile") == \
         ["0.5", "0.9", "0.99"]
@@ -109,12 +123,14 @@ def test_encoded_totals_carry_the_counters_and_histograms_of_the_window_batch_an
 
     def points(payload: bytes) -> dict:
         req = ExportMetricsServiceRequest.FromString(payload)
-        return {m.name: m for m in req.resource_metrics[0].scope_metrics[0].metrics}
+        return {(m.name, m.WhichOneof("data")): m for m in req.resource_metrics[0].scope_metrics[0].metrics}
 
     alone = points(core.encode_totals(key, at, totals))
     window = points(core.encode_window(key, at, stats, totals))
-    assert set(alone) == {name for name, m in window.items() if m.WhichOneof("data") in ("sum", "histogram")}
-    assert P.WINDOW_REQUESTS not in alone and P.REQUESTS in alone
+    cumulative = ("sum", "histogram", "exponential_histogram")
+    assert set(alone) == {key for key, m in window.items() if m.WhichOneof("data") in cumulative}
+    assert (M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, "exponential_histogram") in alone
+    assert (P.WINDOW_REQUESTS, "gauge") not in alone and (P.REQUESTS, "sum") in alone
     for name, metric in alone.items():
         assert metric == window[name], name
         kind = metric.WhichOneof("data")
@@ -272,3 +288,24 @@ def test_window_of_facts_equals_window_of_records_and_counts_a_repeated_request_
         assert other.quantile(0.99) == dist.quantile(0.99), field
     no_ids = [fact_of({**r, "span_id": ""}) for r in recs[:10]] * 2  # older producers: all kept
     assert window_of_facts(no_ids).requests == 20
+
+
+def test_exponential_buckets_hold_each_value_in_its_upper_inclusive_bucket_merge_exactly_and_count_zeros():
+    from infersight.flink_jobs.metrics.window_stats import Distribution, exponential_index
+
+    base = 2 ** (2 ** -P.EXPONENTIAL_SCALE)
+    assert exponential_index(1.0) == -1 and exponential_index(2.0) == 2 ** P.EXPONENTIAL_SCALE - 1  # (b**i, b**(i+1)]
+    assert exponential_index(1.0000001) == 0 and exponential_index(0.2) == math.ceil(math.log(0.2, base)) - 1
+    rng = np.random.default_rng(5)
+    values = np.concatenate([rng.lognormal(-2.5, 1.0, 3_000), np.zeros(40)])
+    a, b, both = (Distribution(M.TTFT_BUCKETS) for _ in range(3))
+    for i, v in enumerate(values):
+        (a if i % 2 else b).add(float(v))
+        both.add(float(v))
+    a.merge(b, sketch=False)
+    assert a.exp == both.exp and a.zero == both.zero == 40 and a.n == both.n == len(values)
+    offset, counts = a.exponential_buckets()
+    assert sum(counts) + a.zero == len(values) and counts[0] > 0 and counts[-1] > 0
+    for i, n in enumerate(counts):  # every value lies in its bucket's bounds
+        lo, hi = base ** (offset + i), base ** (offset + i + 1)
+        assert n == sum(1 for v in values if v > 0 and lo * (1 - 1e-12) < v <= hi * (1 + 1e-12)), offset + i
