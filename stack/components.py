@@ -205,6 +205,9 @@ class StackLayout:
                 f"--storage.tsdb.path={self.data / 'prometheus'}",
                 f"--web.listen-address={self.host}:{self.ports.prometheus}",
                 "--web.enable-remote-write-receiver",
+                # the latency histograms' native form (schemas.pipeline.EXPONENTIAL_SCALE); without it 2.42 refuses
+                # them and the sink's exporter retries forever, holding back every later metric
+                "--enable-feature=native-histograms",
                 "--storage.tsdb.retention.time=15d",
             ],
             log=self.logs / "prometheus.log",
