@@ -5,7 +5,9 @@ from __future__ import annotations
 from infersight.dashboards import slo as S
 from infersight.dashboards.common import (
     ERRORS,
+    ITL_P99,
     REQUESTS,
+    TTFT,
     quantile_gauge,
     query,
     sel,
@@ -16,7 +18,6 @@ from infersight.dashboards.common import (
 from infersight.schemas import pipeline as P
 
 P99 = f'{P.LABEL_QUANTILE}="0.99"'
-SERIES = "{{region}} {{model}} {{model_version}} {{track}}"
 
 
 def request_rate():
@@ -36,23 +37,28 @@ def error_ratio(config: S.SLOConfig):
               f"  / sum by (region) (rate({REQUESTS}{sel()}[$__rate_interval]))", "{{region}}"))
 
 
+def _regional_p99(histogram: str) -> str:
+    # the native histogram (schemas.pipeline.EXPONENTIAL_SCALE): mergeable, ~1 % from exact at any range
+    return f"histogram_quantile(0.99, sum by (region) (rate({histogram}{sel()}[$__rate_interval])))"
+
+
 def ttft_p99(config: S.SLOConfig):
     line = config.default.ttft_threshold_s
     return timeseries_panel(
-        "TTFT p99 per series vs SLO", "p99 time to first token of each 10 s window (the metrics job's "
-        f"DDSketch, 0.5 % accurate); the red line is the default SLO threshold ({line * 1000:g} ms).", "s",
+        "TTFT p99 by region vs SLO", "p99 time to first token of the region's requests (native histogram, "
+        f"~1 % from exact); the red line is the default SLO threshold ({line * 1000:g} ms). B: the worst "
+        "deployment's 10 s window (DDSketch).", "s",
         thresholds((None, "green"), (line, "red")),
-        query(f"max by (region, model, model_version, track) ({quantile_gauge('ttft_s')}"
-              f"{sel(P99)})", SERIES))
+        query(_regional_p99(TTFT), "{{region}}"),
+        query(f"max by (region) ({quantile_gauge('ttft_s')}{sel(P99)})", "worst window {{region}}", ref="B"))
 
 
 def itl_p99():
     return timeseries_panel(
-        "Inter-token latency p99 per series", "p99 over each window of the requests' own p99 inter-token "
-        "gap (DDSketch); the line marks 100 ms, a stall users notice while text streams.", "s",
-        thresholds((None, "green"), (0.1, "red")),
-        query(f"max by (region, model, model_version, track) ({quantile_gauge('itl_p99_s')}"
-              f"{sel(P99)})", SERIES))
+        "Inter-token latency p99 by region", "p99 over the region's requests of each request's own p99 "
+        "inter-token gap (native histogram); the line marks 100 ms, a stall users notice while text streams.",
+        "s", thresholds((None, "green"), (0.1, "red")),
+        query(_regional_p99(ITL_P99), "{{region}}"))
 
 
 def availability(config: S.SLOConfig):
