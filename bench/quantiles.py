@@ -183,8 +183,9 @@ def measure(receiver: Receiver, ttfts: dict[str, list[np.ndarray]], t0_s: int, r
             exact_sets["all"] = np.concatenate(list(exact_sets.values()))
             sel = f'{{model="{MODEL}"}}[{range_s}s]'
             for label, q in QUANTILES.items():
-                native = {**receiver.quantile(f"histogram_quantile({q}, sum by (region) (increase({NATIVE}{sel})))", at),
-                          **receiver.quantile(f"histogram_quantile({q}, sum(increase({NATIVE}{sel})))", at)}
+                native = {
+                    **receiver.quantile(f"histogram_quantile({q}, sum by (region) (increase({NATIVE}{sel})))", at),
+                    **receiver.quantile(f"histogram_quantile({q}, sum(increase({NATIVE}{sel})))", at)}
                 classic = {**receiver.quantile(
                     f"histogram_quantile({q}, sum by (le, region) (increase({CLASSIC}{sel})))", at),
                     **receiver.quantile(f"histogram_quantile({q}, sum by (le) (increase({CLASSIC}{sel})))", at)}

@@ -151,8 +151,9 @@ OUTPUTS: tuple[MetricOutput, ...] = (
                  "Failed requests by error.type, cumulative."),
     MetricOutput(TOKENS, "counter", "{token}", f"{_KEY}, {LABEL_TOKEN_TYPE}",
                  "Input, output and cached (prefix-hit) tokens, cumulative."),
-    *(MetricOutput(name, "histogram", "s", _KEY, f"From the records' {field}: classic buckets as the instrument's (_bucket, _sum, _count) "
-                 f"and a native histogram at scale {EXPONENTIAL_SCALE} under the bare name.")
+    *(MetricOutput(name, "histogram", "s", _KEY,
+                   f"From the records' {field}: classic buckets as the instrument's (_bucket, _sum, _count) "
+                   f"and a native histogram at scale {EXPONENTIAL_SCALE} under the bare name.")
       for field, (name, _b) in DISTRIBUTIONS.items()),
     *(MetricOutput(name + WINDOW_QUANTILE_SUFFIX, "gauge", "s", f"{_KEY}, {LABEL_QUANTILE}",
                    f"p50/p90/p99 of {field} in the window, from a merged DDSketch "
