@@ -29,6 +29,17 @@ TOKENS = P.prom(P.TOKENS)
 TTFT = P.prom(P.DISTRIBUTIONS["ttft_s"][0])
 ITL_P99 = P.prom(P.DISTRIBUTIONS["itl_p99_s"][0])
 
+# The collectors' own telemetry, scraped by Prometheus as job "otelcol" (stack/config/prometheus/prometheus.yml,
+# targets labelled collector=gateway|sink and region). Not our contract, so not in schemas: the names the
+# collector (0.165) serves on its telemetry port, counters without _total.
+OTELCOL_JOB = "otelcol"
+OTELCOL_UP = "up"
+OTELCOL_QUEUE_SIZE = "otelcol_exporter_queue_size"
+OTELCOL_QUEUE_CAPACITY = "otelcol_exporter_queue_capacity"
+OTELCOL_ACCEPTED_SPANS = "otelcol_receiver_accepted_spans"
+OTELCOL_REFUSED_SPANS = "otelcol_receiver_refused_spans"
+OTELCOL_NAMES = (OTELCOL_UP, OTELCOL_QUEUE_SIZE, OTELCOL_QUEUE_CAPACITY, OTELCOL_ACCEPTED_SPANS, OTELCOL_REFUSED_SPANS)
+
 
 def quantile_gauge(field: str) -> str:
     """The metrics job's per-window sketch quantile of a record field (``ttft_s`` ...)."""

@@ -10,7 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from infersight.dashboards import slo as S
-from infersight.dashboards.common import ERRORS, REQUESTS, TTFT
+from infersight.dashboards.common import (
+    ERRORS,
+    OTELCOL_JOB,
+    OTELCOL_QUEUE_CAPACITY,
+    OTELCOL_QUEUE_SIZE,
+    OTELCOL_REFUSED_SPANS,
+    REQUESTS,
+    TTFT,
+)
 from infersight.schemas import pipeline as P
 
 RUNBOOK = "docs/runbook.md"
@@ -40,6 +48,7 @@ ANOMALY_SCORE = P.prom(P.ANOMALY_SCORE)
 FRESHNESS_BOUND_S = 45  # measured freshness p99 is ~16 s at 3,000 requests/s (docs/pipeline.md)
 NO_DATA_FOR = "3m"
 LATE_RATIO_BOUND = 0.01
+QUEUE_FILL_BOUND = 0.5
 
 
 def runbook_url(alert: str) -> str:
@@ -169,6 +178,29 @@ def pipeline_alerts() -> list[dict[str, Any]]:
     ]
 
 
+def collector_alerts() -> list[dict[str, Any]]:
+    job = f'job="{OTELCOL_JOB}"'
+    return [
+        alert("InfersightCollectorDown", f"up{{{job}}} == 0", CRITICAL,
+              "{{ $labels.region }}: the {{ $labels.collector }} collector does not answer its telemetry scrape",
+              "Prometheus cannot scrape the collector's own telemetry: it is down or hung; a gateway that is "
+              "down refuses its region's telemetry.", for_="1m"),
+        alert("InfersightCollectorRefusing",
+              f"sum by (region, collector) (rate({OTELCOL_REFUSED_SPANS}{{{job}}}[5m])) > 0", CRITICAL,
+              "{{ $labels.region }}: the {{ $labels.collector }} collector refuses "
+              "{{ $value | humanize }} spans/s",
+              "The collector's receiver answers pods with an error (memory limiter or a full queue): their SDKs "
+              "retry, then drop.", for_="5m"),
+        alert("InfersightCollectorQueueFilling",
+              f"max by (region, collector, exporter) ({OTELCOL_QUEUE_SIZE}{{{job}}}\n"
+              f"  / {OTELCOL_QUEUE_CAPACITY}{{{job}}}) > {QUEUE_FILL_BOUND:g}", WARNING,
+              "{{ $labels.region }}: {{ $labels.exporter }} queue of the {{ $labels.collector }} collector "
+              "{{ $value | humanizePercentage }} full",
+              "The exporter cannot keep up or cannot reach Kafka (gateways) or Prometheus (sink); when full, "
+              "the collector refuses data.", for_="5m"),
+    ]
+
+
 def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
     """File name -> rule file (Prometheus' format), as the generator writes them."""
     return {
@@ -180,7 +212,8 @@ def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
             {"name": "infersight-slo-alerts", "rules": slo_alerts()},
         ]},
         "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},
-        "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()}]},
+        "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()},
+                                          {"name": "infersight-collectors", "rules": collector_alerts()}]},
     }
 
 

@@ -182,7 +182,8 @@ class StackLayout:
 
     def write_prometheus_config(self) -> None:
         """The base config with this stack's paths and ports: the generated rule files (dashboards/generated/
-        rules) and this stack's Alertmanager (none for a plan saved before it joined the stack)."""
+        rules), this stack's Alertmanager (none for a plan saved before it joined the stack) and its collectors'
+        telemetry ports."""
         config = yaml.safe_load(self.prometheus_base_config.read_text())
         config["rule_files"] = [str(paths.resource("infersight.dashboards", "generated/rules") / "*.yml")]
         if self.ports.alertmanager:
@@ -190,6 +191,13 @@ class StackLayout:
                 {"static_configs": [{"targets": [f"{self.host}:{self.ports.alertmanager}"]}]}]}
         else:
             config.pop("alerting", None)
+        targets = [({"collector": "gateway", "region": r}, g.telemetry)
+                   for r, g in zip(self.regions, self.ports.gateways, strict=True)]
+        targets.append(({"collector": "sink", "region": "all"}, self.ports.sink_telemetry))
+        for job in config.get("scrape_configs", []):
+            if job["job_name"] == "otelcol":  # the same labels as compose's, on this stack's ports
+                job["static_configs"] = [{"targets": [f"{self.host}:{port}"], "labels": labels}
+                                         for labels, port in targets]
         self.prometheus_config.parent.mkdir(parents=True, exist_ok=True)
         self.prometheus_config.write_text(f"# Written by the stack from {self.prometheus_base_config}\n"
                                           + yaml.safe_dump(config, sort_keys=False))

@@ -1,13 +1,27 @@
-"""The pipeline's own health, from what reaches Prometheus: window freshness, reporting series, late records.
+"""The pipeline's own health, from what reaches Prometheus: window freshness, reporting series, late records,
+and the collectors' own telemetry (scraped as job "otelcol").
 
-The collectors' and Flink's own telemetry (queue sizes, export failures, checkpoints, dead letters) is not
-scraped into this Prometheus yet (everything arrives by remote write), so no panel reads it.
+Flink's and Kafka's own metrics (checkpoints, restarts, consumer lag, dead letters) are not in this
+Prometheus yet, so no panel reads them.
 """
 
 from __future__ import annotations
 
 from infersight.dashboards import rules as R
-from infersight.dashboards.common import REQUESTS, query, sel, stat_panel, thresholds, timeseries_panel
+from infersight.dashboards.common import (
+    OTELCOL_ACCEPTED_SPANS,
+    OTELCOL_JOB,
+    OTELCOL_QUEUE_CAPACITY,
+    OTELCOL_QUEUE_SIZE,
+    OTELCOL_REFUSED_SPANS,
+    OTELCOL_UP,
+    REQUESTS,
+    query,
+    sel,
+    stat_panel,
+    thresholds,
+    timeseries_panel,
+)
 from infersight.schemas import pipeline as P
 
 WINDOWS = P.prom(P.WINDOW_REQUESTS)
@@ -57,3 +71,31 @@ def detect_output_age():
         "Detect job: last output", "Age of the detect job's newest incidents point (it writes once it has "
         "seen an anomaly; empty before).", "s", thresholds((None, "green"), (120, "red")),
         query(f"time() - max(timestamp({P.prom(P.OPEN_INCIDENTS)}))", "detect", instant=True))
+
+
+COL = f'{{job="{OTELCOL_JOB}", region=~"$region|all"}}'
+
+
+def collectors_up():
+    return stat_panel(
+        "Collectors up", "Whether Prometheus scrapes each collector's own telemetry (1 up, 0 down).", "bool",
+        thresholds((None, "red"), (1, "green")),
+        query(f"{OTELCOL_UP}{COL}", "{{collector}} {{region}}", instant=True))
+
+
+def collector_queue_fill():
+    return timeseries_panel(
+        "Collector export queues", "Each exporter's sending queue, used / capacity (the gateways' Kafka "
+        "exporters, the sink's remote write); full means the collector refuses data.", "percentunit",
+        thresholds((None, "green"), (R.QUEUE_FILL_BOUND, "red")),
+        query(f"max by (collector, region, exporter) ({OTELCOL_QUEUE_SIZE}{COL}\n"
+              f"  / {OTELCOL_QUEUE_CAPACITY}{COL})", "{{region}} {{exporter}}"))
+
+
+def gateway_spans():
+    return timeseries_panel(
+        "Gateway intake: spans accepted and refused", "Spans per second the gateways' receivers accepted and "
+        "refused (refused: the pods' SDKs retry, then drop).", "short", thresholds((None, "green")),
+        query(f"sum by (region) (rate({OTELCOL_ACCEPTED_SPANS}{COL}[$__rate_interval]))", "accepted {{region}}"),
+        query(f"sum by (region) (rate({OTELCOL_REFUSED_SPANS}{COL}[$__rate_interval]))", "refused {{region}}",
+              ref="B"), line=False)

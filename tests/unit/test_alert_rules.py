@@ -79,9 +79,10 @@ def test_every_alert_has_severity_region_summary_and_a_runbook_section():
     for a in alerts:
         name = a["alert"]
         assert a["labels"]["severity"] in (rules.CRITICAL, rules.WARNING), name
-        # a static region, or one the expression keeps (by region, or the per-region SLO series)
+        # a static region, or one the expression keeps (by region, the per-region SLO series, or the region
+        # label Prometheus gives each collector's scrape target)
         assert ("region" in a["labels"] or re.search(r"by \([^)]*\bregion\b", a["expr"])
-                or ":slo_" in a["expr"]), name
+                or ":slo_" in a["expr"] or a["expr"] == 'up{job="otelcol"} == 0'), name
         assert a["annotations"]["summary"], name
         url = a["annotations"]["runbook_url"]
         assert url == f"docs/runbook.md#{name.lower()}", name

@@ -112,6 +112,24 @@ def test_alertmanager_matches_the_native_flags_config_and_port(tmp_path):
     assert base["rule_files"] == ["/etc/prometheus/rules/*.yml"]
 
 
+def test_prometheus_scrapes_every_collectors_telemetry_port(tmp_path):
+    base = yaml.safe_load(StackLayout(tmp_path, DEFAULT).prometheus_base_config.read_text())
+    (job,) = [j for j in base["scrape_configs"] if j["job_name"] == "otelcol"]
+    targets = {t["targets"][0]: t["labels"] for t in job["static_configs"]}
+    for region in REGIONS:
+        port = SERVICES[f"gateway-{region}"]["environment"]["INFERSIGHT_TELEMETRY_PORT"]
+        assert targets[f"gateway-{region}:{port}"] == {"collector": "gateway", "region": region}
+    assert targets[f"sink:{SERVICES['sink']['environment']['INFERSIGHT_TELEMETRY_PORT']}"]["collector"] == "sink"
+    # the native stack scrapes the same collectors, with the same labels, on its own ports
+    layout = StackLayout(tmp_path, DEFAULT)
+    layout.write_prometheus_config()
+    (native,) = [j for j in yaml.safe_load(layout.prometheus_config.read_text())["scrape_configs"]
+                 if j["job_name"] == "otelcol"]
+    assert sorted(map(str, (t["labels"] for t in native["static_configs"]))) == sorted(map(str, targets.values()))
+    assert {t["targets"][0] for t in native["static_configs"]} == {
+        f"127.0.0.1:{p}" for p in (*(g.telemetry for g in DEFAULT.gateways), DEFAULT.sink_telemetry)}
+
+
 def test_kafka_uses_the_native_server_properties_and_port():
     kafka = SERVICES["kafka"]
     assert mounts(kafka)["/mnt/shared/config/server.properties"] == rel(paths.stack_config("kafka/server.properties"))

@@ -8,10 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infersight.dashboards import generate, rules
 from infersight.dashboards import slo as S
-from infersight.dashboards.common import DATASOURCE_UID, VARIABLES
+from infersight.dashboards.common import DATASOURCE_UID, OTELCOL_JOB, OTELCOL_NAMES, VARIABLES
 from infersight.schemas import pipeline as P
 
 GENERATED = generate.OUT
@@ -71,7 +72,7 @@ def test_deployment_dashboards_have_the_four_variables():
 
 
 def _known_names() -> set[str]:
-    names = set()
+    names = set(OTELCOL_NAMES)  # the collectors' own, as the collector serves them
     for o in P.OUTPUTS:
         names.add(o.prometheus)
         if o.kind == "histogram":
@@ -136,3 +137,11 @@ def test_a_model_gets_its_own_objective_and_the_rest_the_default(tmp_path):
 
 def test_generated_readme_stays():
     assert (GENERATED / "README.md").exists() and Path(generate.__file__).parent.name == "dashboards"
+
+
+def test_the_collector_panels_read_the_job_prometheus_scrapes():
+    base = yaml.safe_load((GENERATED.parents[1] / "stack" / "config" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in base["scrape_configs"]}
+    assert OTELCOL_JOB in jobs
+    labels = [t["labels"] for t in jobs[OTELCOL_JOB]["static_configs"]]
+    assert all({"collector", "region"} <= set(lab) for lab in labels)
