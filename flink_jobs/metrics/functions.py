@@ -11,7 +11,7 @@ from typing import Any
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, ProcessFunction, ProcessWindowFunction
 from pyflink.datastream.functions import AggregateFunction, RuntimeContext
-from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+from pyflink.datastream.state import ListStateDescriptor, StateTtlConfig, ValueStateDescriptor
 
 from infersight.flink_jobs.common.cardinality import DEFAULT_SPAN_MS, GAUGE_LABELS, REQUEST_LABELS, LabelLimiter
 from infersight.flink_jobs.common.keys import (
@@ -26,6 +26,22 @@ from infersight.flink_jobs.metrics import core
 from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats, fact_of, window_of
 from infersight.schemas.topics import PODS, REQUESTS
 from infersight.schemas.units import MS, NS
+
+
+def _expiring(descriptor: ValueStateDescriptor, ttl_s: float) -> ValueStateDescriptor:
+    """The descriptor with a processing-time TTL renewed on every write (``ttl_s`` <= 0: kept forever): the
+    state of a series (or deployment) that stopped is dropped, so keyed state stays bounded however many label
+    values pass through the cardinality bound over time; one that comes back starts its counters over (a reset,
+    which rate() and increase() handle)."""
+    if ttl_s > 0:
+        from pyflink.common import Time
+
+        descriptor.enable_time_to_live(
+            StateTtlConfig.new_builder(Time.milliseconds(int(ttl_s * 1000)))
+            .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
+            .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
+            .build())
+    return descriptor
 
 
 class _Folding:
@@ -180,14 +196,16 @@ class CumulateSeries(KeyedProcessFunction):
     batch of the totals alone does, stamped 1 ms after the series' last batch (Prometheus takes a series'
     samples only in time order, and the next window, if one comes after all, ends later still)."""
 
-    def __init__(self, window_ns: int, flush_windows: int = 2) -> None:
-        self.window_ns = window_ns
+    def __init__(self, window_ns: int, flush_windows: int = 2, ttl_s: float = 0.0) -> None:
+        self.window_ns, self.ttl_s = window_ns, ttl_s
         self.flush_ms = flush_windows * window_ns // MS
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.totals = runtime_context.get_state(ValueStateDescriptor("totals", Types.PICKLED_BYTE_ARRAY()))
+        self.totals = runtime_context.get_state(
+            _expiring(ValueStateDescriptor("totals", Types.PICKLED_BYTE_ARRAY()), self.ttl_s))
         # (stamp of the series' last batch or None, late records not shown yet)
-        self.shown = runtime_context.get_state(ValueStateDescriptor("shown", Types.PICKLED_BYTE_ARRAY()))
+        self.shown = runtime_context.get_state(
+            _expiring(ValueStateDescriptor("shown", Types.PICKLED_BYTE_ARRAY()), self.ttl_s))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         key, end_ns, stats = value[:3]
@@ -220,11 +238,12 @@ class CumulatePods(KeyedProcessFunction):
     """Per deployment (or roll-up): pod gauge stats and cumulative cost; also emits ("cost", key, $) for unit
     cost."""
 
-    def __init__(self, window_ns: int, pricing: core.Pricing) -> None:
-        self.window_ns, self.pricing = window_ns, pricing
+    def __init__(self, window_ns: int, pricing: core.Pricing, ttl_s: float = 0.0) -> None:
+        self.window_ns, self.pricing, self.ttl_s = window_ns, pricing, ttl_s
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.totals = runtime_context.get_state(ValueStateDescriptor("cost", Types.PICKLED_BYTE_ARRAY()))
+        self.totals = runtime_context.get_state(
+            _expiring(ValueStateDescriptor("cost", Types.PICKLED_BYTE_ARRAY()), self.ttl_s))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         key, end_ns, pods = value

@@ -27,7 +27,7 @@ JOB = core.JOB
 
 def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s: float, idle_s: float,
           pricing: core.Pricing, exactly_once: bool = True, max_label_values: str = "",
-          label_span_s: float = 3600.0, quiet_s: float = 60.0) -> None:
+          label_span_s: float = 3600.0, quiet_s: float = 60.0, state_ttl_s: float = 7200.0) -> None:
     from pyflink.common import Time, Types
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -71,7 +71,8 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     late = groups.get_side_output(late_tag)
     late_totals = late.flat_map(F.late_series, output_type=pickled()).name("late-totals")
     series_out = (regional.union(rollup, late_totals).key_by(F.first, key_type=Types.STRING())
-                  .process(F.CumulateSeries(window_ns), output_type=byte_array()).name("series-metrics"))
+                  .process(F.CumulateSeries(window_ns, ttl_s=state_ttl_s), output_type=byte_array())
+                  .name("series-metrics"))
 
     late.flat_map(F.late_json, output_type=Types.STRING()).name("late-json") \
         .sink_to(kafka_sink(brokers, LATE.name, group_id, exactly_once=exactly_once)).name(LATE.name)
@@ -86,7 +87,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     pod_windows = (pods.key_by(F.first, key_type=Types.STRING())
                    .process(F.WindowGroups(core.merged_pod_windows), output_type=pickled()).name("pod-windows"))
     pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
-                   .process(F.CumulatePods(window_ns, pricing), output_type=pickled()).name("pod-metrics"))
+                   .process(F.CumulatePods(window_ns, pricing, state_ttl_s), output_type=pickled()).name("pod-metrics"))
     pod_out = pod_results.filter(F.is_metrics).map(F.third, output_type=byte_array())
     tokens = regional.flat_map(F.output_tokens, output_type=pickled())
     costs = pod_results.filter(F.is_cost)
@@ -131,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
                              "error_type (default 1000 each)")
     parser.add_argument("--label-span-s", type=float, default=3600.0,
                         help="a label value unseen this long frees its place in the bound")
+    parser.add_argument("--state-ttl-s", type=float, default=7200.0,
+                        help="a series (or deployment) with no window this long loses its running totals (keyed "
+                             "state stays bounded); if it comes back its counters start over. 0: never")
     parser.add_argument("--pricing", default=None, help="GPU $/hour JSON (default: the packaged pricing.json)")
     parser.add_argument("--checkpoint-s", type=float, default=2.0,
                         help="checkpoint interval: a closed window's metrics reach the sink (a read_committed "
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, args.window_s, args.out_of_orderness_s, args.idle_s,
           core.Pricing.load(args.pricing), max_label_values=args.max_label_values,
-          label_span_s=args.label_span_s, quiet_s=args.quiet_s)
+          label_span_s=args.label_span_s, quiet_s=args.quiet_s, state_ttl_s=args.state_ttl_s)
     env.execute(JOB)
 
 

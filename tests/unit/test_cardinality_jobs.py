@@ -89,3 +89,32 @@ def test_keys_round_trip_any_label_value_and_keep_plain_names_unchanged():
             for rollup in keys.deployment_rollups(deployment):
                 assert len(keys.deployment_labels(rollup)) == 4
     assert len({keys.series_key({**plain, "model": v}) for v in hostile}) == len(hostile)  # distinct stay distinct
+
+
+def test_the_running_totals_of_a_series_or_deployment_expire_when_it_stops_writing():
+    """Keyed state of idle series expires (issue #20 item 3): every value state of the metrics job's per-series
+    and per-deployment functions carries a processing-time TTL renewed on each write; 0 keeps it forever."""
+    from pyflink.datastream.state import StateTtlConfig
+
+    from infersight.flink_jobs.metrics import functions as F
+
+    class Context:  # what open() asks of Flink's RuntimeContext: the descriptors, to inspect
+        def __init__(self):
+            self.descriptors = []
+
+        def get_state(self, descriptor):
+            self.descriptors.append(descriptor)
+
+    for make in (lambda ttl: F.CumulateSeries(10 * 10**9, ttl_s=ttl),
+                 lambda ttl: F.CumulatePods(10 * 10**9, core.Pricing({"default": 1.0}), ttl)):
+        ctx = Context()
+        make(90.0).open(ctx)
+        assert ctx.descriptors
+        for d in ctx.descriptors:
+            ttl = d._ttl_config  # pyflink keeps it private; it is what goes to the state backend
+            assert ttl is not None and ttl.is_enabled() and ttl.get_ttl().to_milliseconds() == 90_000
+            assert ttl.get_update_type() == StateTtlConfig.UpdateType.OnCreateAndWrite
+            assert ttl.get_state_visibility() == StateTtlConfig.StateVisibility.NeverReturnExpired
+        ctx = Context()
+        make(0.0).open(ctx)
+        assert all(d._ttl_config is None for d in ctx.descriptors)
