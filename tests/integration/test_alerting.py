@@ -1,10 +1,12 @@
 """Alerting, natively, without the rest of the stack: Prometheus (the stack's own config) loads every generated
-rule group and finds the stack's Alertmanager; Alertmanager (Debian's 0.25, the generated routing) posts
-critical alerts to the webhook's /page, one notification per region with that region's alerts grouped."""
+rule group, finds the stack's Alertmanager and scrapes a gateway collector's own telemetry under the names the
+dashboards read; Alertmanager (Debian's 0.25, the generated routing) posts critical alerts to the webhook's
+/page, one notification per region with that region's alerts grouped."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -17,6 +19,7 @@ import pytest
 import yaml
 
 from infersight.dashboards import generate
+from infersight.dashboards.common import OTELCOL_NAMES
 from infersight.stack import setup
 from infersight.stack.components import StackLayout
 from infersight.stack.ports import PortPlan
@@ -59,17 +62,23 @@ def _wait(what: str, check, timeout_s: float):
 def alerting(tmp_path, monkeypatch):
     setup.ensure_prometheus()
     setup.ensure_alertmanager()
+    setup.ensure_otelcol()
     server = HTTPServer(("127.0.0.1", 0), _Webhook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("INFERSIGHT_ALERT_WEBHOOK", f"http://127.0.0.1:{server.server_port}")
     layout = StackLayout(tmp_path, PortPlan.free())
     layout.logs.mkdir(parents=True)
     procs = []
+    # one gateway (its Kafka is absent: it starts, queues and serves its telemetry all the same)
+    gateway = layout.gateway(0, layout.regions[0])
+    (tmp_path / "data" / f"gateway-{layout.regions[0]}" / "queue").mkdir(parents=True)
     try:
-        for c in (layout.alertmanager(), layout.prometheus()):
-            c.prepare()
-            procs.append(subprocess.Popen(c.argv, stdout=c.log.open("w"), stderr=subprocess.STDOUT))
-        for c in (layout.alertmanager(), layout.prometheus()):
+        for c in (layout.alertmanager(), layout.prometheus(), gateway):
+            if c.prepare:
+                c.prepare()
+            procs.append(subprocess.Popen(c.argv, stdout=c.log.open("w"), stderr=subprocess.STDOUT,
+                                          env={**os.environ, **c.env}))
+        for c in (layout.alertmanager(), layout.prometheus(), gateway):
             _wait(f"{c.name} to be ready (log: {c.log})", c.healthy, 60)
         _Webhook.received = []
         yield layout
@@ -129,3 +138,20 @@ def test_every_dashboard_query_is_valid_promql_for_the_stacks_prometheus(alertin
             except urllib.error.HTTPError as exc:
                 bad.append(f"{path.name}: {expr}: {exc.read().decode()[:200]}")
     assert not bad, "\n".join(bad)
+
+
+def test_prometheus_scrapes_the_collectors_telemetry_under_the_dashboards_names(alerting):
+    region = alerting.regions[0]
+
+    def scraped() -> set[str]:
+        query = urllib.parse.urlencode({"query": f'{{job="otelcol", region="{region}", collector="gateway"}}'})
+        result = _get(f"{alerting.prometheus_url}/api/v1/query?{query}")["data"]["result"]
+        names = {r["metric"]["__name__"] for r in result}
+        return names if {"up", "otelcol_exporter_queue_size"} <= names else set()
+
+    names = _wait("a scrape of the gateway's telemetry (every 15 s)", scraped, 60)
+    # the receiver's counters appear with the first request; the rest are there from the start
+    assert set(OTELCOL_NAMES) - {"otelcol_receiver_accepted_spans", "otelcol_receiver_refused_spans"} <= names
+    up = _get(f"{alerting.prometheus_url}/api/v1/query?" + urllib.parse.urlencode(
+        {"query": f'up{{job="otelcol", region="{region}"}}'}))["data"]["result"]
+    assert [r["value"][1] for r in up] == ["1"]
