@@ -145,3 +145,50 @@ def test_the_collector_panels_read_the_job_prometheus_scrapes():
     assert OTELCOL_JOB in jobs
     labels = [t["labels"] for t in jobs[OTELCOL_JOB]["static_configs"]]
     assert all({"collector", "region"} <= set(lab) for lab in labels)
+
+
+def _simulated_burn(perturbations=(), points: int = 48) -> dict[tuple[str, str], tuple[float, float]]:
+    """(region, model) -> (TTFT burn, availability burn) of the simulated fleet over a day, sampled at 1 s ticks
+    spread over the diurnal curve, with each model's objective from slo.yaml (bad TTFT: above the threshold,
+    as the bucket le=threshold counts it)."""
+    import dataclasses
+
+    import numpy as np
+
+    from infersight.simulator.fleet import FleetSpec
+    from infersight.simulator.workload import Fleet
+
+    config = S.load()
+    spec = dataclasses.replace(FleetSpec(), perturbations=tuple(perturbations))
+    fleet = Fleet(spec, seed=7)
+    counts: dict[tuple[str, str], list[int]] = {}
+    for i in range(points):
+        tick = fleet.tick(int(i * spec.day_s / points), 0, 1.0)
+        ttft = (tick.queue_ns + tick.prefill_ns) / 1e9
+        for index in np.unique(tick.pod):
+            pod, mine = fleet.pods[index], tick.pod == index
+            o = config.models.get(pod.model.name, config.default)
+            c = counts.setdefault((pod.region.name, pod.model.name), [0, 0, 0])
+            c[0] += int(mine.sum())
+            c[1] += int((ttft[mine] > o.ttft_threshold_s).sum())
+            c[2] += int((tick.error[mine] >= 0).sum())
+    out = {}
+    for (region, model), (n, slow, failed) in counts.items():
+        o = config.models.get(model, config.default)
+        out[region, model] = (slow / n / (1 - o.ttft_objective), failed / n / (1 - o.availability_objective))
+    return out
+
+
+def test_the_slos_hold_for_a_healthy_simulated_fleet_and_page_on_a_regional_slowdown():
+    from infersight.simulator.fleet import Perturbation
+
+    healthy = _simulated_burn()
+    assert len(healthy) == 9
+    assert all(ttft < 1 and errors < 1 for ttft, errors in healthy.values()), healthy
+    slow = _simulated_burn([Perturbation("slow", 0, 1e9, 1.5, region="eu-west-1")])
+    fast_burn = rules.BURN_ALERTS[0][3]
+    for (region, model), (ttft, _errors) in slow.items():
+        if region == "eu-west-1":
+            assert ttft > fast_burn, (model, ttft)
+        else:
+            assert ttft < 1, (region, model, ttft)
