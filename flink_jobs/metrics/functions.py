@@ -74,9 +74,9 @@ class PreAggregate(ProcessFunction):
     per element."""
 
     def __init__(self, window_ms: int, late_tag: Any, dlq_tag: Any, limits: dict[str, int] | None = None,
-                 span_ms: int = DEFAULT_SPAN_MS) -> None:
+                 span_ms: int = DEFAULT_SPAN_MS, topic: str = REQUESTS.name) -> None:
         self.window_ms, self.late_tag, self.dlq_tag = window_ms, late_tag, dlq_tag
-        self.limits, self.span_ms = limits, span_ms
+        self.limits, self.span_ms, self.topic = limits, span_ms, topic  # topic: the dead letters' source
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group()
@@ -87,12 +87,12 @@ class PreAggregate(ProcessFunction):
 
     def process_element(self, value: str, ctx: ProcessFunction.Context):
         letters: list[str] = []
-        records = core.read_batch(value, REQUESTS.name, letters)
+        records = core.read_batch(value, self.topic, letters)
         rejected: list = []
         groups, late = core.group_batch(records, self.window_ms, ctx.timer_service().current_watermark(), rejected,
                                         self.limiter.folder(ctx.timer_service().current_processing_time()))
         self.limiter.count()
-        letters += core.dead_letters(rejected, REQUESTS.name)
+        letters += core.dead_letters(rejected, self.topic)
         self.records.inc(len(records) - len(rejected))
         if letters:
             self.dead.inc(len(letters))
@@ -112,8 +112,9 @@ class PreAggregatePods(ProcessFunction):
     reduced to its pods' last values."""
 
     def __init__(self, window_ms: int, dlq_tag: Any, limits: dict[str, int] | None = None,
-                 span_ms: int = DEFAULT_SPAN_MS) -> None:
+                 span_ms: int = DEFAULT_SPAN_MS, topic: str = PODS.name) -> None:
         self.window_ms, self.dlq_tag, self.limits, self.span_ms = window_ms, dlq_tag, limits, span_ms
+        self.topic = topic
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group()
@@ -125,11 +126,11 @@ class PreAggregatePods(ProcessFunction):
     def process_element(self, value: str, ctx: ProcessFunction.Context):
         letters: list[str] = []
         rejected: list = []
-        groups, late = core.group_gauges(core.read_batch(value, PODS.name, letters), self.window_ms,
+        groups, late = core.group_gauges(core.read_batch(value, self.topic, letters), self.window_ms,
                                          ctx.timer_service().current_watermark(), rejected,
                                          self.limiter.folder(ctx.timer_service().current_processing_time()))
         self.limiter.count()
-        letters += core.dead_letters(rejected, PODS.name)
+        letters += core.dead_letters(rejected, self.topic)
         if letters:
             self.dead.inc(len(letters))
             for letter in letters:

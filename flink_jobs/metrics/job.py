@@ -27,7 +27,9 @@ JOB = core.JOB
 
 def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s: float, idle_s: float,
           pricing: core.Pricing, exactly_once: bool = True, max_label_values: str = "",
-          label_span_s: float = 3600.0, quiet_s: float = 60.0, state_ttl_s: float = 7200.0) -> None:
+          label_span_s: float = 3600.0, quiet_s: float = 60.0, state_ttl_s: float = 7200.0,
+          requests_topic: str = REQUESTS.name, pods_topic: str = PODS.name,
+          window_stats_topic: str = WINDOW_STATS.name) -> None:
     from pyflink.common import Time, Types
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -54,9 +56,9 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     # ---- requests: regional windows, roll-up, cumulative series ----
     late_tag = OutputTag("late", pickled())
     dlq_tag = OutputTag("dlq", Types.STRING())  # what cannot be parsed or validated, as DLQ records
-    groups = (source(REQUESTS.name, "requests")
+    groups = (source(requests_topic, "requests")
               .process(F.PreAggregate(window_ms, OutputTag("late", pickled()), OutputTag("dlq", Types.STRING()),
-                                      limits_of(max_label_values, REQUEST_LABELS), span_ms),
+                                      limits_of(max_label_values, REQUEST_LABELS), span_ms, requests_topic),
                        output_type=pickled())
               .name("pre-aggregate"))
     regional = (groups.key_by(F.first, key_type=Types.STRING())
@@ -80,9 +82,9 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                 .process(F.CountLate(), output_type=byte_array()).name("late-count"))
 
     # ---- pods: roll-ups per deployment, region and everywhere, and cost; unit cost joins cost with output tokens ----
-    pods = (source(PODS.name, "pods")
+    pods = (source(pods_topic, "pods")
             .process(F.PreAggregatePods(window_ms, OutputTag("dlq", Types.STRING()),
-                                        limits_of(max_label_values, GAUGE_LABELS), span_ms),
+                                        limits_of(max_label_values, GAUGE_LABELS), span_ms, pods_topic),
                      output_type=pickled()).name("parse-pods"))
     pod_windows = (pods.key_by(F.first, key_type=Types.STRING())
                    .process(F.WindowGroups(core.merged_pod_windows), output_type=pickled()).name("pod-windows"))
@@ -101,7 +103,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
     # ---- window stats for the detect job: one record per series (and deployment) and window ----
     (regional.union(pod_windows).flat_map(F.WindowStatsRecords(window_s), output_type=Types.STRING())
-     .name("window-stats").sink_to(kafka_sink(brokers, WINDOW_STATS.name, group_id, exactly_once=exactly_once))
+     .name("window-stats").sink_to(kafka_sink(brokers, window_stats_topic, group_id, exactly_once=exactly_once))
      .name(WINDOW_STATS.name))
 
     metrics_sink = kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once)
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state-ttl-s", type=float, default=7200.0,
                         help="a series (or deployment) with no window this long loses its running totals (keyed "
                              "state stays bounded); if it comes back its counters start over. 0: never")
+    parser.add_argument("--requests-topic", default=REQUESTS.name,
+                        help="read request records from this topic (a second pipeline on one cluster, a test)")
+    parser.add_argument("--pods-topic", default=PODS.name, help="read pod gauges from this topic")
+    parser.add_argument("--window-stats-topic", default=WINDOW_STATS.name,
+                        help="write the detectors' window statistics to this topic")
     parser.add_argument("--pricing", default=None, help="GPU $/hour JSON (default: the packaged pricing.json)")
     parser.add_argument("--checkpoint-s", type=float, default=2.0,
                         help="checkpoint interval: a closed window's metrics reach the sink (a read_committed "
@@ -147,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, args.window_s, args.out_of_orderness_s, args.idle_s,
           core.Pricing.load(args.pricing), max_label_values=args.max_label_values,
-          label_span_s=args.label_span_s, quiet_s=args.quiet_s, state_ttl_s=args.state_ttl_s)
+          label_span_s=args.label_span_s, quiet_s=args.quiet_s, state_ttl_s=args.state_ttl_s,
+          requests_topic=args.requests_topic, pods_topic=args.pods_topic, window_stats_topic=args.window_stats_topic)
     env.execute(JOB)
 
 
