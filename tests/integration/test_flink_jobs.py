@@ -9,7 +9,7 @@ import os
 import signal
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from infersight.flink_jobs.archive.core import read_archive
 from infersight.flink_jobs.common import keys
 from infersight.flink_jobs.common.kafka_io import QUIET_S
-from infersight.flink_jobs.metrics.window_stats import distribution_values
+from infersight.flink_jobs.metrics.window_stats import distribution_values, exponential_index
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 from infersight.schemas.records import RequestRecord
@@ -96,18 +96,24 @@ def flushing(flusher: Flusher, check):
 
 
 def decode_points(bootstrap: str, model: str) -> list[tuple[str, dict[str, str], int, object]]:
-    """(metric name, labels, time, point) of every committed point on infersight.metrics for ``model``."""
+    """(metric name, labels, time, point) of every committed point on infersight.metrics for ``model``; a
+    histogram's exponential form (its native histogram in Prometheus) under its name + ``NATIVE``."""
     out = []
     for msg in read_all(bootstrap, METRICS.name):
         req = ExportMetricsServiceRequest.FromString(msg.value())
         for rm in req.resource_metrics:
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
-                    for point in getattr(metric, metric.WhichOneof("data")).data_points:
+                    kind = metric.WhichOneof("data")
+                    name = metric.name + (NATIVE if kind == "exponential_histogram" else "")
+                    for point in getattr(metric, kind).data_points:
                         labels = {kv.key: kv.value.string_value for kv in point.attributes}
                         if labels.get(P.LABEL_MODEL) == model:
-                            out.append((metric.name, labels, point.time_unix_nano, point))
+                            out.append((name, labels, point.time_unix_nano, point))
     return out
+
+
+NATIVE = "#exponential"
 
 
 def test_a_burst_then_silence_reaches_prometheus_within_the_quiet_bound(jobs, stack):
@@ -217,18 +223,28 @@ def test_exactly_once_through_job_and_task_manager_kills_and_correct_windows(job
             by_series[(region, r["track"])].append(r)
             by_window[(region, r["track"], window_end)].append(r)
 
-    final_hist: dict[tuple[str, str], tuple[int, object]] = {}
-    for name, lab, ts, point in points:
-        if name == M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN:
+    def final(metric: str) -> dict[tuple[str, str], object]:
+        latest: dict[tuple[str, str], tuple[int, object]] = {}
+        for name, lab, ts, point in points:
             key = (lab[P.LABEL_REGION], lab[P.LABEL_TRACK])
-            if ts >= final_hist.get(key, (0, None))[0]:
-                final_hist[key] = (ts, point)
-    assert set(final_hist) == set(by_series)
-    for key, (_, point) in final_hist.items():
+            if name == metric and ts >= latest.get(key, (0, None))[0]:
+                latest[key] = (ts, point)
+        return {key: point for key, (_, point) in latest.items()}
+
+    final_hist = final(M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN)
+    final_native = final(M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN + NATIVE)
+    assert set(final_hist) == set(final_native) == set(by_series)
+    for key, point in final_hist.items():
         ttfts = [distribution_values(r)["ttft_s"] for r in by_series[key] if "ttft_s" in distribution_values(r)]
         expected = np.bincount(np.searchsorted(M.TTFT_BUCKETS, ttfts, side="left"),
                                minlength=len(M.TTFT_BUCKETS) + 1).tolist()
         assert list(point.bucket_counts) == expected, key
+        # the native form counts the same requests, each in its exponential bucket, through the same kills
+        native = final_native[key]
+        indexes = Counter(exponential_index(v) for v in ttfts)
+        assert native.count == len(ttfts) and native.zero_count == 0, key
+        assert {native.positive.offset + i: c for i, c in enumerate(native.positive.bucket_counts) if c} == \
+            dict(indexes), key
 
     checked = 0
     for name, lab, ts, point in points:
