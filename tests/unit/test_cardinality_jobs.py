@@ -115,6 +115,11 @@ def test_the_running_totals_of_a_series_or_deployment_expire_when_it_stops_writi
             assert ttl is not None and ttl.is_enabled() and ttl.get_ttl().to_milliseconds() == 90_000
             assert ttl.get_update_type() == StateTtlConfig.UpdateType.OnCreateAndWrite
             assert ttl.get_state_visibility() == StateTtlConfig.StateVisibility.NeverReturnExpired
+            cleanup = ttl.get_cleanup_strategies()
+            assert cleanup.get_incremental_cleanup_strategy().get_cleanup_size() == 10 and cleanup.in_full_snapshot()
+            # what a task manager converts for Java must not need a py4j gateway (thread mode has none): the
+            # default RocksDB filter strategy makes a py4j Duration (the task failed opening its state)
+            assert cleanup.get_rocksdb_compact_filter_cleanup_strategy() is None
         ctx = Context()
         make(0.0).open(ctx)
         assert all(d._ttl_config is None for d in ctx.descriptors)
