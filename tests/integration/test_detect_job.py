@@ -1,7 +1,8 @@
 """The detect job on the real stack (Kafka, Flink with the Kafka connector, the sink, Prometheus): a labelled
 scenario's window-stats records give, through Kafka and Flink, exactly the events ``infersight detect replay``
 gives on the same rows; the regional outage becomes one incident of region scope on infersight.anomalies; the
-detect metrics reach Prometheus; a poison record goes to the dead-letter topic and nothing else is lost."""
+detect metrics reach Prometheus; a poison record goes to the dead-letter topic and nothing else is lost; and end
+to end from request records, through the metrics job's window stats, the outage is one region incident."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections import defaultdict
 
+import numpy as np
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -54,8 +56,8 @@ def produce(bootstrap: str, topic: str, rows: list[dict]) -> None:
     assert producer.flush(60) == 0
 
 
-def new_topic(bootstrap: str, tag: str) -> str:
-    topic = f"test-window-stats-{tag}"
+def new_topic(bootstrap: str, tag: str, prefix: str = "test-window-stats") -> str:
+    topic = f"{prefix}-{tag}"
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a collected client cancels its futures
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
     return topic
@@ -146,3 +148,78 @@ def test_a_restored_detect_job_neither_loses_an_incident_nor_raises_it_twice(sta
         assert got == expected  # nothing lost, nothing twice, the open incident carried through the restore
     finally:
         flink.stop(lay, job)
+
+
+def outage_requests(tag: str, end_s: float, seed: int = 3) -> tuple[list[list[dict]], float, float]:
+    """Request records (not window stats) of a regional outage: 60 windows of steady traffic in three regions,
+    then 30 where us-east-1 serves a twentieth of its requests, half of them failing, while the other two take
+    its load and slow down; per window and region one batch, as normalize writes them. The outage's start and
+    end (s)."""
+    import dataclasses
+
+    from tests.support.sample_requests import REGIONS, sample_records
+
+    rng = np.random.default_rng(seed)
+    t0 = (int(end_s) // WINDOW_S - 90) * WINDOW_S
+    outage = (t0 + 60 * WINDOW_S, t0 + 90 * WINDOW_S)
+    batches = []
+    for w in range(90):
+        start_ns = int((t0 + w * WINDOW_S) * 1e9)
+        failing = w >= 60
+        for region in REGIONS:
+            n = int(rng.poisson(1.5 if failing and region == "us-east-1" else 45 if failing else 30))
+            records = sample_records(n, start_ns, WINDOW_S, seed=seed * 1000 + w, regions=(region,),
+                                     models=(f"llama-{tag}",),
+                                     error_rate=0.5 if failing and region == "us-east-1" else 0.002,
+                                     slow_region=region if failing and region != "us-east-1" else None)
+            batch = [dataclasses.replace(r, track="stable").to_dict() for r in records]
+            if batch:
+                batches.append(batch)
+    return batches, *outage
+
+
+def test_a_regional_outage_in_request_records_becomes_one_region_incident_through_metrics_and_detect(stack):
+    """End to end from requests: the metrics job turns the records into window stats, the detect job reads them,
+    and the outage appears as one incident scoped to its region on infersight.anomalies and in Prometheus."""
+    lay = stack.layout
+    bootstrap = lay.kafka_bootstrap
+    tag = uuid.uuid4().hex[:6]
+    requests_topic, pods_topic, stats_topic = (new_topic(bootstrap, tag, f"test-e2e-{kind}")
+                                               for kind in ("requests", "pods", "window-stats"))
+    batches, start, end = outage_requests(tag, time.time() - 60)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for batch in batches:
+        producer.produce(requests_topic, json.dumps(batch).encode(), key=b"gw",
+                         timestamp=max(r["end_ns"] for r in batch) // 1_000_000)
+    assert producer.flush(60) == 0
+
+    metrics = flink.submit(lay, "infersight.flink_jobs.metrics.job",
+                           ["--brokers", bootstrap, "--group-id", f"test-e2e-metrics-{tag}", "--requests-topic",
+                            requests_topic, "--pods-topic", pods_topic, "--window-stats-topic", stats_topic])
+    detect = submit(lay, f"e2e-{tag}", stats_topic)
+    try:
+        def incidents() -> dict[str, dict]:
+            """Each incident's latest state (open, then updates as its anomalies join), by id."""
+            latest: dict[str, dict] = {}
+            for e in job_events(bootstrap, tag):
+                if e["type"] == "incident" and start - WINDOW_S <= e["start"] <= end:
+                    latest[e["id"]] = e
+            return latest
+
+        def outage_named():
+            return [e for e in incidents().values() if e["kind"] == "outage"]
+
+        # the last windows close on silence (the quiet watermark: a minute), then the detect job's own delay.
+        # The survivors' slowdown can show a window before the failing region's errors: the incident may open as
+        # latency in two regions and become the outage as us-east-1's anomalies join it; it stays one incident.
+        wait_until(outage_named, 300, "the outage's incident on infersight.anomalies",
+                   last_of=lambda: job_events(bootstrap, tag))
+        (incident,) = incidents().values()  # one incident, not one per region or signal
+        assert incident["scope_kind"] == "region" and incident["regions"] == ["us-east-1"], incident
+        assert set(incident["absorbing_regions"]) == {"eu-west-1", "ap-southeast-1"}, incident
+        score = f'max_over_time({P.prom(P.ANOMALY_SCORE)}{{region="us-east-1", model="llama-{tag}"}}[30m])'
+        wait_until(lambda: (prom_value(lay.prometheus_url, score) or 0) > 0, 120,
+                   "the outage's anomaly score in Prometheus")
+    finally:
+        flink.stop(lay, detect)
+        flink.stop(lay, metrics)
