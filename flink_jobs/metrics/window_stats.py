@@ -1,7 +1,7 @@
 """Mergeable per-window statistics of request records: counts, errors, tokens, and for each latency
 distribution fixed-bucket histogram counts (the semconv/vLLM boundaries: SLO thresholds are bounds, so
 good-request counts are exact), exponential-bucket counts (OTLP exponential histogram -> a Prometheus native
-histogram: quantiles over any range within half a bucket, ~0.5 % at scale 6) and a DDSketch (per-window
+histogram: quantiles over any range within a bucket's width, 1.09 % at scale 6) and a DDSketch (per-window
 quantiles).
 
 Everything here merges exactly (counts, bucket counts) or within the sketch's relative accuracy
