@@ -11,8 +11,8 @@ tally``) and that every hostile request is counted (the admitted names plus ``_O
     .venv/bin/python -m bench.cardinality --quick       # 20,000 names, prints the figures, writes no file
     .venv/bin/python -m bench.cardinality --names 200000 --hostile-rps 8000 --results /tmp/card.json
 
-Starts its own stack (fresh, free ports, in a temporary folder), deploys the four jobs as ``bench.throughput``
-does (defaults: no ``--max-label-values``, so 1,000 per label), and stops and wipes it at the end. The hostile
+Starts its own stack (fresh, free ports, in a temporary folder), deploys the four jobs as ``bench.throughput`` does
+(defaults: no ``--max-label-values``, so 1,000 per label), and stops it and removes the folder at the end. The hostile
 sender encodes its requests as the simulator does (``simulator/encode.py``: one pod's resource, the root span of
 each request with its own model name, up to 2,000 spans per export) with timelines from the simulator's workload,
 paced in real time at ``--hostile-rps`` (so its requests are on time, not late). The well-behaved fleet (tagged
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import tempfile
 import threading
 import time
@@ -317,6 +318,7 @@ def main() -> None:
         tm_peak = {k: round(v) for k, v in sampler.peak.items() if k in tms}
     finally:
         stack.down(wipe=True)
+        shutil.rmtree(state, ignore_errors=True)  # what wipe leaves: the archive's Parquet files, the folders
 
     per_model = round(hostile_series / len(admitted), 1) if admitted else None
     problems = [why for why, failed in (
