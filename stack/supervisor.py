@@ -181,9 +181,15 @@ class Stack:
 
         return RestartBook.from_json(statefile.read_json(self.state_dir / SUPERVISOR_STATE))
 
-    def _check_ports_free(self, components: list[Component]) -> None:
+    def _check_ports_free(self, components: list[Component], wait_s: float = 15.0) -> None:
+        # A port held for a moment is waited for: while a component is down (an outage, a restart), its free
+        # port can be handed out as the local port of a client's connection attempt (Kafka's clients retry in a
+        # storm while the broker is away); CI saw a gateway's health port taken so, for an instant.
+        deadline = time.monotonic() + wait_s
         for c in components:
             for what, port in c.ports.items():
+                while port_in_use(self.layout.host, port) and time.monotonic() < deadline:
+                    time.sleep(0.5)
                 if port_in_use(self.layout.host, port):
                     raise StackError(
                         f"port {port} ({c.name} {what}) on {self.layout.host} is already in use",

@@ -65,6 +65,21 @@ def test_start_refuses_a_port_in_use_naming_it(tmp_path):
     assert "--base-port" in err.value.fix
 
 
+def test_a_port_held_for_a_moment_is_waited_for_not_refused(tmp_path):
+    """While a component is down its port can serve as some client's local port for an instant (CI: a gateway's
+    health port, during a Kafka outage's reconnect storm); starting it again waits that out."""
+    import threading
+
+    stack = Stack(tmp_path, PortPlan.free(), log=lambda _: None)
+    prometheus = stack.layout.prometheus()
+    s = socket.socket()
+    s.bind(("127.0.0.1", stack.layout.ports.prometheus))
+    s.listen()
+    threading.Timer(1.0, s.close).start()
+    stack._check_ports_free([prometheus], wait_s=10)  # returns once it is free
+    assert not port_in_use("127.0.0.1", stack.layout.ports.prometheus)
+
+
 def test_stopping_a_stack_that_is_not_running_stops_nothing(tmp_path):
     assert Stack(tmp_path, PortPlan.free(), log=lambda _: None).down() == []
 
