@@ -43,7 +43,8 @@ without atheris.
 Results: ``bench/results/fuzz.json`` (``bench.results_file.save_results``). Run from a clean checkout of a
 commit (``git worktree add``; with an editable install, put a folder on ``PYTHONPATH`` whose ``infersight``
 links the checkout's component folders, as ``pyproject.toml``'s package-dir maps them) so the recorded
-commit is the code that was fuzzed.
+commit is the code that was fuzzed. ``--merge`` replaces only the targets run, keeping the others' entries; each
+entry carries its own ``commit`` and ``measured_at`` (the goal is hours of one core per target, run target by target).
 """
 
 from __future__ import annotations
@@ -858,6 +859,16 @@ def _fuzz_all(names: list[str], seconds: float, runs: int | None, parallel: int,
     print(f"corpora and logs in {base}", file=sys.stderr)
 
 
+def _measured(seconds: float, runs: int | None) -> dict[str, Any]:
+    """What a target's entry carries of its own run, so that ``--merge`` keeps entries of several runs honest: a
+    campaign too long for one sitting (10M executions of every target: hours per target on 2 cores) is run target by
+    target, and each entry says which code it fuzzed, when, and under which limits."""
+    from bench.results_file import git_commit
+
+    return {"commit": git_commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds_limit": seconds, "runs_limit": runs}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:  # --worker NAME --workdir DIR -- LIBFUZZER_ARGS...
@@ -871,6 +882,8 @@ def main(argv: list[str] | None = None) -> None:
                         "given, results printed, not written")
     parser.add_argument("--parallel", type=int, default=1, help="targets fuzzed at once (one process each)")
     parser.add_argument("--keep", type=Path, help="where the corpora, findings and logs go (default: a temp dir)")
+    parser.add_argument("--merge", action="store_true", help="replace only these targets in the results file, "
+                        "keeping the others' entries (each entry names the commit and time it was measured at)")
     args = parser.parse_args(argv)
     names = [n for n in args.targets.split(",") if n]
     unknown = sorted(set(names) - set(TARGETS))
@@ -879,7 +892,7 @@ def main(argv: list[str] | None = None) -> None:
     seconds = args.seconds_per_target or (10.0 if args.quick else 60.0)
     runs = {}
     for run in _fuzz_all(names, seconds, args.runs, args.parallel, args.keep):
-        runs[run.name] = run.summary()
+        runs[run.name] = run.summary() | _measured(seconds, args.runs)
         s = runs[run.name]
         print(f"{run.name:15s} {s['executions']:>12,d} execs  {s['execs_per_s']:>7,d}/s  {s['crashes']} crashes  "
               f"corpus {s['corpus']}", flush=True)
@@ -893,6 +906,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from bench.results_file import save_results
 
+    if args.merge and RESULTS.exists():
+        runs = json.loads(RESULTS.read_text()).get("targets", {}) | runs
     save_results(RESULTS, {
         "targets": runs,
         "seconds_per_target": seconds,
