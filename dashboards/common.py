@@ -40,6 +40,19 @@ OTELCOL_ACCEPTED_SPANS = "otelcol_receiver_accepted_spans"
 OTELCOL_REFUSED_SPANS = "otelcol_receiver_refused_spans"
 OTELCOL_NAMES = (OTELCOL_UP, OTELCOL_QUEUE_SIZE, OTELCOL_QUEUE_CAPACITY, OTELCOL_ACCEPTED_SPANS, OTELCOL_REFUSED_SPANS)
 
+# The Flink cluster's own metrics: its OpenTelemetry reporter pushes them to the sink collector, which writes them
+# to Prometheus (the stack's Flink config lists which). Flink's names (2.2), scope joined with "_"; gauges only:
+# the reporter sends counters as deltas, which remote write cannot carry. Labelled job_name, operator_name, ...
+FLINK_JOB_RUNNING = "flink_jobmanager_job_runningState"
+FLINK_RESTARTS = "flink_jobmanager_job_numRestarts"
+FLINK_CHECKPOINT_DURATION = "flink_jobmanager_job_lastCheckpointDuration"
+FLINK_CHECKPOINT_SIZE = "flink_jobmanager_job_lastCheckpointSize"
+FLINK_CHECKPOINTS_FAILED = "flink_jobmanager_job_numberOfFailedCheckpoints"
+FLINK_CHECKPOINTS_COMPLETED = "flink_jobmanager_job_numberOfCompletedCheckpoints"
+FLINK_PENDING_RECORDS = "flink_taskmanager_job_task_operator_pendingRecords"
+FLINK_NAMES = (FLINK_JOB_RUNNING, FLINK_RESTARTS, FLINK_CHECKPOINT_DURATION, FLINK_CHECKPOINT_SIZE,
+               FLINK_CHECKPOINTS_FAILED, FLINK_CHECKPOINTS_COMPLETED, FLINK_PENDING_RECORDS)
+
 
 def quantile_gauge(field: str) -> str:
     """The metrics job's per-window sketch quantile of a record field (``ttft_s`` ...)."""

@@ -1,4 +1,5 @@
-"""The pipeline itself: freshness, series reporting, late records, the detect job's output, the collectors."""
+"""The pipeline itself: freshness, series reporting, late records, the detect job's output, the collectors,
+the Flink jobs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ UID = "infersight-pipeline"
 
 def build():
     dash = dashboard(UID, "infersight / Pipeline health", "Whether the pipeline's numbers are fresh and "
-                     "complete, and the collectors' own telemetry. Kafka's and Flink's are not in this "
-                     "Prometheus yet.", ["pipeline"])
+                     "complete; the collectors' and the Flink jobs' own telemetry.", ["pipeline"])
     for v in variables(names=("region",)):
         dash = dash.with_variable(v)
     return compose(dash, [
@@ -19,4 +19,6 @@ def build():
                        pipeline.reporting_series()]),
         ("Late records", [pipeline.late_records_rate(), pipeline.late_ratio()]),
         ("Collectors", [pipeline.collectors_up(), pipeline.collector_queue_fill(), pipeline.gateway_spans()]),
+        ("Flink jobs", [pipeline.flink_jobs_running(), pipeline.consumer_lag(), pipeline.checkpoint_duration(),
+                        pipeline.restarts_and_failed_checkpoints()]),
     ])

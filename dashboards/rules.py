@@ -12,6 +12,10 @@ from typing import Any
 from infersight.dashboards import slo as S
 from infersight.dashboards.common import (
     ERRORS,
+    FLINK_CHECKPOINTS_FAILED,
+    FLINK_JOB_RUNNING,
+    FLINK_PENDING_RECORDS,
+    FLINK_RESTARTS,
     OTELCOL_JOB,
     OTELCOL_QUEUE_CAPACITY,
     OTELCOL_QUEUE_SIZE,
@@ -49,6 +53,9 @@ FRESHNESS_BOUND_S = 45  # measured freshness p99 is ~16 s at 3,000 requests/s (d
 NO_DATA_FOR = "3m"
 LATE_RATIO_BOUND = 0.01
 QUEUE_FILL_BOUND = 0.5
+# Kafka messages a job's sources have not read (one message is one export batch, ~10-100 requests): a backlog
+# this size held 5 minutes means the job falls behind, not a burst it is catching up on.
+CONSUMER_LAG_BOUND = 5000
 
 
 def runbook_url(alert: str) -> str:
@@ -201,6 +208,34 @@ def collector_alerts() -> list[dict[str, Any]]:
     ]
 
 
+def flink_alerts() -> list[dict[str, Any]]:
+    job_region = {"region": "all"}
+    return [
+        alert("InfersightFlinkJobNotRunning",
+              f"max by (job_name) (max_over_time({FLINK_JOB_RUNNING}[1h]))\nunless on (job_name)\n"
+              f"max by (job_name) (last_over_time({FLINK_JOB_RUNNING}[1m]) == 1)", CRITICAL,
+              "Flink job {{ $labels.job_name }} is not running",
+              "The job reported in the last hour but is not RUNNING now (failing, restarting, cancelled or its "
+              "cluster gone): its outputs stop.", for_="2m", labels=job_region),
+        alert("InfersightFlinkJobRestarting",
+              f"sum by (job_name) (increase({FLINK_RESTARTS}[15m])) > 2", WARNING,
+              "Flink job {{ $labels.job_name }} restarted {{ $value | humanize }} times in 15 minutes",
+              "Each restart fails the job over to its last checkpoint (nothing lost, output delayed); repeated "
+              "ones mean a fault that does not go away.", labels=job_region),
+        alert("InfersightCheckpointsFailing",
+              f"sum by (job_name) (increase({FLINK_CHECKPOINTS_FAILED}[10m])) > 2", CRITICAL,
+              "Flink job {{ $labels.job_name }}: {{ $value | humanize }} failed checkpoints in 10 minutes",
+              "The job's exactly-once output reaches readers only at a completed checkpoint: while checkpoints "
+              "fail, its numbers stop.", labels=job_region),
+        alert("InfersightConsumerLag",
+              f"sum by (job_name) ({FLINK_PENDING_RECORDS}) > {CONSUMER_LAG_BOUND}", WARNING,
+              "Flink job {{ $labels.job_name }} is {{ $value | humanize }} Kafka messages behind",
+              f"The job's sources have had more than {CONSUMER_LAG_BOUND} unread messages for 5 minutes: it "
+              "cannot keep up (CPU, slots, a slow sink), and its numbers fall behind.", for_="5m",
+              labels=job_region),
+    ]
+
+
 def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
     """File name -> rule file (Prometheus' format), as the generator writes them."""
     return {
@@ -213,7 +248,8 @@ def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
         ]},
         "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},
         "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()},
-                                          {"name": "infersight-collectors", "rules": collector_alerts()}]},
+                                          {"name": "infersight-collectors", "rules": collector_alerts()},
+                                          {"name": "infersight-flink", "rules": flink_alerts()}]},
     }
 
 

@@ -294,9 +294,11 @@ class StackLayout:
 
     def sink(self) -> Component:
         return self._collector(
-            "sink", "sink.yaml", self.ports.sink_health, self.ports.sink_telemetry, {},
+            "sink", "sink.yaml", self.ports.sink_health, self.ports.sink_telemetry,
+            {"otlp_grpc": self.ports.sink_otlp} if self.ports.sink_otlp else {},
             {
                 "INFERSIGHT_PROMETHEUS_URL": self.prometheus_url,
+                "INFERSIGHT_SINK_OTLP_ENDPOINT": f"{self.host}:{self.ports.sink_otlp}",
                 "INFERSIGHT_MEMORY_LIMIT_MIB": str(SINK_MEMORY_LIMIT_MIB),
             },
         )
@@ -362,6 +364,8 @@ class StackLayout:
             "execution.checkpointing.dir": (data / "checkpoints").as_uri(),
             "execution.checkpointing.savepoint-dir": (data / "savepoints").as_uri(),
             "io.tmp.dirs": str(data / "tmp"),
+            **(flink_config.metrics_reporter(f"http://{self.host}:{self.ports.sink_otlp}")
+               if self.ports.sink_otlp else {}),
         })
 
     def flink_jobmanager(self) -> Component:

@@ -41,9 +41,36 @@ def write_conf(conf_dir: Path, overrides: dict[str, Any]) -> Path:
     return conf_dir
 
 
-def container_overrides(rpc_address: str, data_dir: Path) -> dict[str, Any]:
+# What the pipeline-health dashboard and alerts read of Flink's own metrics (the reporter sends only these):
+# restarts, checkpoints and job state per job; per operator the Kafka source's backlog (consumer lag), record
+# rates and our jobs' own counters (dead letters, late and folded records).
+REPORTED_METRICS = [
+    "jobmanager.job:numRestarts,lastCheckpointDuration,lastCheckpointSize,numberOfFailedCheckpoints,"
+    "numberOfCompletedCheckpoints,*State",
+    "taskmanager.job.task.operator:pendingRecords,numRecordsIn,numRecordsOut,dead_letters,late_gauges,folded_*",
+]
+
+
+def metrics_reporter(otlp_endpoint: str) -> dict[str, Any]:
+    """Flink's OpenTelemetry metric reporter (a plugin in the wheel's plugins/), pushing to the sink collector's
+    OTLP receiver, which writes to Prometheus. Not the Prometheus reporter: Flink 2.2's binds every interface
+    (no host option), and our stacks listen on loopback only."""
+    return {
+        "metrics.reporter.otel.factory.class": "org.apache.flink.metrics.otel.OpenTelemetryMetricReporterFactory",
+        "metrics.reporter.otel.exporter.endpoint": otlp_endpoint,
+        "metrics.reporter.otel.exporter.protocol": "gRPC",
+        "metrics.reporter.otel.interval": "15 s",
+        "metrics.reporter.otel.service.name": "flink",
+        "metrics.reporter.otel.filter.includes": ";".join(REPORTED_METRICS),
+        # the job state as gauges (runningState = 1 while RUNNING): "job not running" alerts on it
+        "metrics.job.status.enable": "STATE",
+    }
+
+
+def container_overrides(rpc_address: str, data_dir: Path, metrics_otlp: str = "http://sink:4317") -> dict[str, Any]:
     """Settings for a Flink node in a container (docker-compose): listen on all interfaces."""
     return {
+        **metrics_reporter(metrics_otlp),
         "jobmanager.rpc.address": rpc_address,
         "jobmanager.bind-host": "0.0.0.0",
         "taskmanager.bind-host": "0.0.0.0",

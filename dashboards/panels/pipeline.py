@@ -1,14 +1,17 @@
 """The pipeline's own health, from what reaches Prometheus: window freshness, reporting series, late records,
-and the collectors' own telemetry (scraped as job "otelcol").
-
-Flink's and Kafka's own metrics (checkpoints, restarts, consumer lag, dead letters) are not in this
-Prometheus yet, so no panel reads them.
+the collectors' own telemetry (scraped as job "otelcol") and the Flink jobs' (their reporter: state, Kafka
+backlog, checkpoints, restarts).
 """
 
 from __future__ import annotations
 
 from infersight.dashboards import rules as R
 from infersight.dashboards.common import (
+    FLINK_CHECKPOINT_DURATION,
+    FLINK_CHECKPOINTS_FAILED,
+    FLINK_JOB_RUNNING,
+    FLINK_PENDING_RECORDS,
+    FLINK_RESTARTS,
     OTELCOL_ACCEPTED_SPANS,
     OTELCOL_JOB,
     OTELCOL_QUEUE_CAPACITY,
@@ -99,3 +102,35 @@ def gateway_spans():
         query(f"sum by (region) (rate({OTELCOL_ACCEPTED_SPANS}{COL}[$__rate_interval]))", "accepted {{region}}"),
         query(f"sum by (region) (rate({OTELCOL_REFUSED_SPANS}{COL}[$__rate_interval]))", "refused {{region}}",
               ref="B"), line=False)
+
+
+def flink_jobs_running():
+    return stat_panel(
+        "Flink jobs running", "Per job, 1 while RUNNING (Flink's runningState); 0 or missing fires "
+        "InfersightFlinkJobNotRunning.", "bool", thresholds((None, "red"), (1, "green")),
+        query(f"max by (job_name) ({FLINK_JOB_RUNNING})", "{{job_name}}", instant=True))
+
+
+def consumer_lag():
+    return timeseries_panel(
+        "Kafka backlog per job (consumer lag)", "Kafka messages each job's sources have yet to read "
+        "(pendingRecords; a message is one export batch); the line is the InfersightConsumerLag bound.", "short",
+        thresholds((None, "green"), (R.CONSUMER_LAG_BOUND, "red")),
+        query(f"sum by (job_name) ({FLINK_PENDING_RECORDS})", "{{job_name}}"))
+
+
+def checkpoint_duration():
+    return timeseries_panel(
+        "Checkpoint duration", "Each job's last checkpoint, start to acknowledged; its exactly-once output "
+        "reaches readers only at checkpoints, so this adds to freshness.", "ms",
+        thresholds((None, "green"), (10_000, "red")),
+        query(f"max by (job_name) ({FLINK_CHECKPOINT_DURATION})", "{{job_name}}"))
+
+
+def restarts_and_failed_checkpoints():
+    return timeseries_panel(
+        "Restarts and failed checkpoints", "Per job over the interval: restarts (a failover from the last "
+        "checkpoint) and failed checkpoints.", "short", thresholds((None, "green"), (1, "red")),
+        query(f"sum by (job_name) (increase({FLINK_RESTARTS}[$__rate_interval]))", "restarts {{job_name}}"),
+        query(f"sum by (job_name) (increase({FLINK_CHECKPOINTS_FAILED}[$__rate_interval]))",
+              "failed checkpoints {{job_name}}", ref="B"), line=False)

@@ -12,7 +12,7 @@ import yaml
 
 from infersight.dashboards import generate, rules
 from infersight.dashboards import slo as S
-from infersight.dashboards.common import DATASOURCE_UID, OTELCOL_JOB, OTELCOL_NAMES, VARIABLES
+from infersight.dashboards.common import DATASOURCE_UID, FLINK_NAMES, OTELCOL_JOB, OTELCOL_NAMES, VARIABLES
 from infersight.schemas import pipeline as P
 
 GENERATED = generate.OUT
@@ -72,7 +72,7 @@ def test_deployment_dashboards_have_the_four_variables():
 
 
 def _known_names() -> set[str]:
-    names = set(OTELCOL_NAMES)  # the collectors' own, as the collector serves them
+    names = set(OTELCOL_NAMES) | set(FLINK_NAMES)  # the collectors' and Flink's own, as they serve them
     for o in P.OUTPUTS:
         names.add(o.prometheus)
         if o.kind == "histogram":
@@ -192,3 +192,23 @@ def test_the_slos_hold_for_a_healthy_simulated_fleet_and_page_on_a_regional_slow
             assert ttft > fast_burn, (model, ttft)
         else:
             assert ttft < 1, (region, model, ttft)
+
+
+def test_the_flink_panels_read_what_the_stacks_flink_reporter_sends():
+    """Each Flink name the dashboards and alerts read is one the reporter's filter lets through (scope, then name:
+    flink_<scope with _>_<name>), and the sink collector has the pipeline that takes it to Prometheus."""
+    import fnmatch
+
+    from infersight.stack.flink_config import REPORTED_METRICS, metrics_reporter
+    from infersight.stack.paths import collector_config
+
+    sent = []
+    for pattern in REPORTED_METRICS:
+        scope, names = pattern.split(":")
+        sent += [f"flink_{scope.replace('.', '_')}_{n}" for n in names.split(",")]
+    for name in FLINK_NAMES:
+        assert any(fnmatch.fnmatchcase(name, s) for s in sent), name
+    conf = metrics_reporter("http://127.0.0.1:1")
+    assert conf["metrics.reporter.otel.filter.includes"].split(";") == REPORTED_METRICS
+    sink = yaml.safe_load(collector_config("sink.yaml").read_text())
+    assert sink["service"]["pipelines"]["metrics/flink"]["receivers"] == ["otlp"]
