@@ -142,12 +142,18 @@ def dashboard(uid: str, title: str, description: str, tags: list[str]) -> db.Das
 
 
 def compose(dash: db.Dashboard, sections: list[tuple[str, list]]) -> db.Dashboard:
-    """Rows of panels, laid out left to right by their span; panel ids numbered in order (stable JSON)."""
-    next_id = 1
+    """Rows of panels, laid out left to right by their span, wrapping at Grafana's 24 columns; panel ids numbered
+    in order (stable JSON). Positions are ours: the SDK's layout puts a panel that does not fit past the 24th
+    column instead of wrapping it."""
+    next_id, y = 1, 0
     for title, panels in sections:
-        dash = dash.with_row(db.Row(title).id(next_id))
-        next_id += 1
+        dash = dash.with_row(db.Row(title).id(next_id).grid_pos(dm.GridPos(h=1, w=24, x=0, y=y)))
+        next_id, y, x, row_h = next_id + 1, y + 1, 0, 0
         for panel in panels:
-            dash = dash.with_panel(panel.id(next_id))
-            next_id += 1
+            size = panel.build().grid_pos
+            if x + size.w > 24:
+                x, y, row_h = 0, y + row_h, 0
+            dash = dash.with_panel(panel.id(next_id).grid_pos(dm.GridPos(h=size.h, w=size.w, x=x, y=y)))
+            next_id, x, row_h = next_id + 1, x + size.w, max(row_h, size.h)
+        y += row_h
     return dash

@@ -2,6 +2,7 @@
 
     python -m infersight.dashboards.generate           # (re)write them
     python -m infersight.dashboards.generate --check   # exit 1 naming each file that differs (CI, tests)
+    python -m infersight.dashboards.generate --slo my-slo.yaml --out DIR   # yours, from your SLO file
 
 The output is checked in; tests/unit/test_dashboards.py fails when it differs from what this produces.
 """
@@ -68,14 +69,16 @@ def differences(out: Path = OUT) -> list[str]:
     return problems
 
 
-def write(out: Path = OUT) -> list[str]:
-    want = outputs()
+def write(out: Path = OUT, config: S.SLOConfig | None = None, prune: bool = True) -> list[str]:
+    """Write every output into ``out``; ``prune`` deletes what the generator no longer writes (only in a folder
+    that holds nothing else: ours)."""
+    want = outputs(config)
     for name, text in want.items():
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
-    stale = [p for p in out.rglob("*") if p.is_file() and p.name != "README.md"
+    stale = [p for p in out.rglob("*") if prune and p.is_file() and p.name != "README.md"
              and str(p.relative_to(out)) not in want]
     for p in stale:
         p.unlink()
@@ -85,7 +88,17 @@ def write(out: Path = OUT) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when anything differs")
+    parser.add_argument("--slo", type=Path, help="your SLO file (slo.yaml's format) instead of the packaged one")
+    parser.add_argument("--out", type=Path, help="write here instead of dashboards/generated (with --slo: your "
+                        "dashboards, rules and routing for Grafana and Prometheus to load)")
     args = parser.parse_args(argv)
+    if args.slo or args.out:
+        if args.check:
+            parser.error("--check compares the checked-in files: without --slo/--out")
+        out = args.out or OUT
+        for name in write(out, S.load(args.slo) if args.slo else None, prune=out == OUT):
+            print(out / name)
+        return 0
     if args.check:
         problems = differences()
         for p in problems:

@@ -21,6 +21,8 @@ from infersight.stack.ports import PortPlan
 from infersight.stack.security import TransportSecurity, write_private
 
 REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
+# Your SLO file (dashboards/slo.yaml's format): the stack's Prometheus evaluates rules generated from it
+SLO_FILE_ENV = "INFERSIGHT_SLO_FILE"
 GATEWAY_MEMORY_LIMIT_MIB = 256
 SINK_MEMORY_LIMIT_MIB = 256
 # The gateways' live heap is small and their allocation rate high (every OTLP export is decoded and
@@ -180,12 +182,27 @@ class StackLayout:
     def prometheus_config(self) -> Path:
         return self.state_dir / "prometheus" / "prometheus.yml"
 
+    def rules_dir(self) -> Path:
+        """The generated rule files; with ``INFERSIGHT_SLO_FILE`` set, rules generated from that SLO file into this
+        stack's state (the SLO alerts are per model: a user's own objectives, or a test's)."""
+        slo_file = os.environ.get(SLO_FILE_ENV)
+        if not slo_file:
+            return paths.resource("infersight.dashboards", "generated/rules")
+        from infersight.dashboards import generate
+        from infersight.dashboards import slo as S
+
+        out = self.state_dir / "prometheus" / "slo"
+        if out.exists():
+            shutil.rmtree(out)
+        generate.write(out, S.load(Path(slo_file)))
+        return out / "rules"
+
     def write_prometheus_config(self) -> None:
         """The base config with this stack's paths and ports: the generated rule files (dashboards/generated/
         rules), this stack's Alertmanager (none for a plan saved before it joined the stack) and its collectors'
         telemetry ports."""
         config = yaml.safe_load(self.prometheus_base_config.read_text())
-        config["rule_files"] = [str(paths.resource("infersight.dashboards", "generated/rules") / "*.yml")]
+        config["rule_files"] = [str(self.rules_dir() / "*.yml")]
         if self.ports.alertmanager:
             config["alerting"] = {"alertmanagers": [
                 {"static_configs": [{"targets": [f"{self.host}:{self.ports.alertmanager}"]}]}]}

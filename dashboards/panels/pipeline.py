@@ -54,19 +54,28 @@ def reporting_series():
         query(f"count by (region) (last_over_time({WINDOWS}{sel()}[2m]))", "{{region}}"), line=False)
 
 
+def _requests_rate() -> str:
+    return f"sum by (region) (rate({REQUESTS}{RG}[$__rate_interval]))"
+
+
+def _late_rate() -> str:
+    """Late records per second by region, 0 for a region with requests and none late (the metrics job writes the
+    late counter from the first late record on)."""
+    return f"sum by (region) (rate({LATE}{RG}[$__rate_interval]))\n  or 0 * {_requests_rate()}"
+
+
 def late_records_rate():
     return timeseries_panel(
         "Late records by region", "Records that missed their window (sent to infersight.late), per second.",
         "reqps", thresholds((None, "green")),
-        query(f"sum by (region) (rate({LATE}{RG}[$__rate_interval]))", "{{region}}"), line=False)
+        query(f"{_late_rate()}", "{{region}}"), line=False)
 
 
 def late_ratio():
     return timeseries_panel(
         "Late share of requests", "Late records / requests; the line is the InfersightLateRecords bound.",
         "percentunit", thresholds((None, "green"), (R.LATE_RATIO_BOUND, "red")),
-        query(f"sum by (region) (rate({LATE}{RG}[$__rate_interval]))\n"
-              f"  / sum by (region) (rate({REQUESTS}{RG}[$__rate_interval]))", "{{region}}"))
+        query(f"({_late_rate()})\n  / {_requests_rate()}", "{{region}}"))
 
 
 def detect_output_age():

@@ -212,3 +212,28 @@ def test_the_flink_panels_read_what_the_stacks_flink_reporter_sends():
     assert conf["metrics.reporter.otel.filter.includes"].split(";") == REPORTED_METRICS
     sink = yaml.safe_load(collector_config("sink.yaml").read_text())
     assert sink["service"]["pipelines"]["metrics/flink"]["receivers"] == ["otlp"]
+
+
+def test_panels_fit_grafanas_24_columns_without_overlapping():
+    """The SDK's own layout put a panel that did not fit past the 24th column; compose() wraps it."""
+    for uid, d in _dashboards().items():
+        cells: set[tuple[int, int]] = set()
+        for p in d["panels"]:
+            g = p["gridPos"]
+            assert g["x"] + g["w"] <= 24, (uid, p["title"], g)
+            mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            assert not mine & cells, (uid, p["title"], g)
+            cells |= mine
+
+
+def test_the_preview_fills_grafanas_variables_and_names_series_by_the_legend():
+    from infersight.dashboards import preview
+
+    expr = 'sum by (region) (rate(x{region=~"$region", model=~"${model}"}[$__rate_interval]))'
+    assert preview.substitute(expr, 15) == 'sum by (region) (rate(x{region=~".*", model=~".*"}[60s]))'
+    assert preview.substitute("rate(x[$__rate_interval])", 30) == "rate(x[120s])"
+    assert preview._label({"region": "eu-west-1", "job_name": "j"}, "{{region}} {{ job_name }}") == "eu-west-1 j"
+    oncall = _dashboards()["infersight-oncall"]
+    found = preview.targets(oncall)
+    assert len(found) == sum(len(p.get("targets", [])) for p in oncall["panels"])
+    assert all(t.expr and t.kind in ("timeseries", "stat", "table") for t in found)
