@@ -80,7 +80,7 @@ def empty_panels(prometheus: str, minutes: float = 10, folder: Path = OUT) -> li
 def _label(metric: dict[str, str], legend: str) -> str:
     if legend:
         return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: metric.get(m.group(1), ""), legend).strip()
-    return ",".join(f"{k}={v}" for k, v in metric.items() if k != "__name__") or "value"
+    return " ".join(v for k, v in sorted(metric.items()) if k != "__name__") or "value"
 
 
 def _threshold_colour(panel: dict[str, Any], value: float) -> str:
@@ -166,7 +166,7 @@ def render(prometheus: str, out: Path, minutes: float = 15, folder: Path = OUT) 
                             color="white", fontweight="bold", transform=ax.transAxes)
                 else:
                     for i, (name, value) in enumerate(lines):
-                        ax.text(0.02, 0.9 - i * 0.15, f"{name[:38]}: {_format(value, unit)}", fontsize=7,
+                        ax.text(0.02, 0.9 - i * 0.15, f"{name[:70]}: {_format(value, unit)}", fontsize=7,
                                 va="top", transform=ax.transAxes, color=_threshold_colour(p, value))
         path = out / f"{d['uid']}.png"
         fig.savefig(path, dpi=80)
