@@ -50,6 +50,12 @@ FLINK_CHECKPOINT_SIZE = "flink_jobmanager_job_lastCheckpointSize"
 FLINK_CHECKPOINTS_FAILED = "flink_jobmanager_job_numberOfFailedCheckpoints"
 FLINK_CHECKPOINTS_COMPLETED = "flink_jobmanager_job_numberOfCompletedCheckpoints"
 FLINK_PENDING_RECORDS = "flink_taskmanager_job_task_operator_pendingRecords"
+# Kafka's broker through Prometheus' JMX exporter (a Java agent in the native stack's broker, scraped as job "kafka";
+# names from stack/config/kafka/jmx-exporter.yaml). Compose's Kafka image runs no agent: these panels are empty there.
+KAFKA_JOB = "kafka"
+KAFKA_MESSAGES_IN = "kafka_topic_messages_in_total"
+KAFKA_BYTES_IN = "kafka_topic_bytes_in_total"
+KAFKA_NAMES = (KAFKA_MESSAGES_IN, KAFKA_BYTES_IN)
 FLINK_NAMES = (FLINK_JOB_RUNNING, FLINK_RESTARTS, FLINK_CHECKPOINT_DURATION, FLINK_CHECKPOINT_SIZE,
                FLINK_CHECKPOINTS_FAILED, FLINK_CHECKPOINTS_COMPLETED, FLINK_PENDING_RECORDS)
 

@@ -16,6 +16,8 @@ from infersight.dashboards.common import (
     FLINK_JOB_RUNNING,
     FLINK_PENDING_RECORDS,
     FLINK_RESTARTS,
+    KAFKA_JOB,
+    KAFKA_MESSAGES_IN,
     OTELCOL_JOB,
     OTELCOL_QUEUE_CAPACITY,
     OTELCOL_QUEUE_SIZE,
@@ -24,6 +26,7 @@ from infersight.dashboards.common import (
     TTFT,
 )
 from infersight.schemas import pipeline as P
+from infersight.schemas.topics import DLQ
 
 RUNBOOK = "docs/runbook.md"
 CRITICAL, WARNING = "critical", "warning"
@@ -236,6 +239,20 @@ def flink_alerts() -> list[dict[str, Any]]:
     ]
 
 
+def kafka_alerts() -> list[dict[str, Any]]:
+    job = f'job="{KAFKA_JOB}"'
+    return [
+        alert("InfersightKafkaDown", f"up{{{job}}} == 0", CRITICAL, "Kafka's broker does not answer its metrics scrape",
+              "Prometheus cannot scrape the broker's JMX exporter: the broker is down or hung, and with it every "
+              "job's input and output (the gateways queue on disk meanwhile).", for_="1m", labels={"region": "all"}),
+        alert("InfersightDeadLetters",
+              f'sum(increase({KAFKA_MESSAGES_IN}{{{job}, topic="{DLQ.name}"}}[10m])) > 0', WARNING,
+              f"{{{{ $value | humanize }}}} records went to {DLQ.name} in 10 minutes",
+              "A job could not read or validate telemetry (each dead letter names the reason, the job and the "
+              "source offset); the rest keeps flowing.", labels={"region": "all"}),
+    ]
+
+
 def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
     """File name -> rule file (Prometheus' format), as the generator writes them."""
     return {
@@ -249,7 +266,8 @@ def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
         "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},
         "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()},
                                           {"name": "infersight-collectors", "rules": collector_alerts()},
-                                          {"name": "infersight-flink", "rules": flink_alerts()}]},
+                                          {"name": "infersight-flink", "rules": flink_alerts()},
+                                          {"name": "infersight-kafka", "rules": kafka_alerts()}]},
     }
 
 

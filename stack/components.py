@@ -23,6 +23,7 @@ from infersight.stack.security import TransportSecurity, write_private
 REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
 # Your SLO file (dashboards/slo.yaml's format): the stack's Prometheus evaluates rules generated from it
 SLO_FILE_ENV = "INFERSIGHT_SLO_FILE"
+KAFKA_SCRAPE_JOB = "kafka"  # Prometheus' job for the broker's JMX exporter (dashboards.common.KAFKA_JOB)
 GATEWAY_MEMORY_LIMIT_MIB = 256
 SINK_MEMORY_LIMIT_MIB = 256
 # The gateways' live heap is small and their allocation rate high (every OTLP export is decoded and
@@ -166,12 +167,20 @@ class StackLayout:
 
         return Component(
             name="kafka",
-            argv=[java, *jvm, "-cp", classpath, "kafka.Kafka", str(conf)],
+            argv=[java, *jvm, *self._kafka_agent(), "-cp", classpath, "kafka.Kafka", str(conf)],
             log=self.logs / "kafka.log",
-            ports={"broker": self.ports.kafka, "controller": self.ports.kafka_controller},
+            ports={"broker": self.ports.kafka, "controller": self.ports.kafka_controller,
+                   **({"metrics": self.ports.kafka_metrics} if self.ports.kafka_metrics else {})},
             healthy=lambda: kafka_ready(self.kafka_bootstrap, security=self.security),
             prepare=prepare,
         )
+
+    def _kafka_agent(self) -> list[str]:
+        """Prometheus' JMX exporter in the broker, on a loopback port (topic rates for the dashboards)."""
+        if not self.ports.kafka_metrics:
+            return []
+        config = paths.stack_config("kafka/jmx-exporter.yaml")
+        return [f"-javaagent:{paths.jmx_exporter_agent()}={self.host}:{self.ports.kafka_metrics}:{config}"]
 
     @property
     def prometheus_base_config(self) -> Path:
@@ -215,6 +224,10 @@ class StackLayout:
             if job["job_name"] == "otelcol":  # the same labels as compose's, on this stack's ports
                 job["static_configs"] = [{"targets": [f"{self.host}:{port}"], "labels": labels}
                                          for labels, port in targets]
+        if self.ports.kafka_metrics:  # the broker's JMX exporter (compose's Kafka image runs none)
+            config.setdefault("scrape_configs", []).append({
+                "job_name": KAFKA_SCRAPE_JOB, "scrape_interval": "15s",
+                "static_configs": [{"targets": [f"{self.host}:{self.ports.kafka_metrics}"]}]})
         self.prometheus_config.parent.mkdir(parents=True, exist_ok=True)
         self.prometheus_config.write_text(f"# Written by the stack from {self.prometheus_base_config}\n"
                                           + yaml.safe_dump(config, sort_keys=False))

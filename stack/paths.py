@@ -15,6 +15,7 @@ KAFKA_VERSION = "4.4.0"
 FLINK_KAFKA_CONNECTOR_VERSION = "5.0.0-2.2"
 ZSTD_JNI_VERSION = "1.5.7-17"
 OTELCOL_BUILDER_VERSION = "v0.165.0"
+JMX_EXPORTER_VERSION = "1.0.1"  # as stack/pom.xml
 
 
 def cache_dir() -> Path:
@@ -33,6 +34,10 @@ def jars_dir() -> Path:
 
 def kafka_classpath_dir() -> Path:
     return jars_dir() / "kafka"
+
+
+def jmx_exporter_agent() -> Path:
+    return jars_dir() / "agents" / f"jmx_prometheus_javaagent-{JMX_EXPORTER_VERSION}.jar"
 
 
 def flink_jars_dir() -> Path:

@@ -41,6 +41,7 @@ class PortPlan:
     # the sink's OTLP receiver for the Flink cluster's own metrics (its OpenTelemetry reporter); 0 in a plan saved
     # before it existed: that stack's Flink reports nothing until it is started afresh
     sink_otlp: int = 0
+    kafka_metrics: int = 0  # the broker's JMX exporter (Prometheus scrapes it); 0 in older plans: none
 
     @classmethod
     def default(cls, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
@@ -48,7 +49,8 @@ class PortPlan:
             GatewayPorts(4317 + 10 * i, 4318 + 10 * i, 13133 + 10 * i, 8888 + 10 * i) for i in range(regions)
         )
         # Alertmanager's customary 9093 is Kafka's controller here
-        return cls(host, 9092, 9093, 9090, 8081, 6123, 13183, 8938, gateways, alertmanager=9095, sink_otlp=4397)
+        return cls(host, 9092, 9093, 9090, 8081, 6123, 13183, 8938, gateways, alertmanager=9095, sink_otlp=4397,
+                   kafka_metrics=9404)
 
     @classmethod
     def from_base(cls, base: int, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
@@ -60,14 +62,14 @@ class PortPlan:
             for i in range(regions)
         )
         return cls(host, base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, gateways,
-                   alertmanager=base + 7, sink_otlp=base + 8)
+                   alertmanager=base + 7, sink_otlp=base + 8, kafka_metrics=base + 9)
 
     @classmethod
     def free(cls, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
         """Ports the kernel reports unused right now (tests run stacks side by side)."""
         socks = []
         try:
-            for _ in range(9 + 4 * regions):
+            for _ in range(10 + 4 * regions):
                 s = socket.socket()
                 s.bind((host, 0))
                 socks.append(s)
@@ -78,7 +80,8 @@ class PortPlan:
         gateways = tuple(GatewayPorts(*ports[7 + 4 * i: 11 + 4 * i]) for i in range(regions))
         kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry = ports[:7]
         return cls(host, kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry,
-                   gateways, alertmanager=ports[7 + 4 * regions], sink_otlp=ports[8 + 4 * regions])
+                   gateways, alertmanager=ports[7 + 4 * regions], sink_otlp=ports[8 + 4 * regions],
+                   kafka_metrics=ports[9 + 4 * regions])
 
     def named(self) -> Iterator[tuple[str, int]]:
         """Every port with the name of what listens there."""

@@ -86,7 +86,7 @@ def _run(cmd: list[str], what: str, fix: str, env: dict[str, str] | None = None,
 
 def ensure_jars() -> None:
     kafka_jar = paths.kafka_classpath_dir() / f"kafka_2.13-{paths.KAFKA_VERSION}.jar"
-    downloaded = [kafka_jar, *paths.flink_job_jars()]
+    downloaded = [kafka_jar, *paths.flink_job_jars(), paths.jmx_exporter_agent()]
     downloaded.remove(paths.watermarks_jar())
     if all(jar.exists() for jar in downloaded):
         log("JVM artifacts: cached")
@@ -128,7 +128,7 @@ def download_jars() -> None:
           f"-Dinfersight.jars={paths.jars_dir()}",
           f"-Dmaven.repo.local={paths.cache_dir() / 'm2'}",
           f"-DbuildDirectory={paths.cache_dir() / 'maven-build'}",
-          "dependency:copy-dependencies@kafka", "dependency:copy@flink"],
+          "dependency:copy-dependencies@kafka", "dependency:copy@flink", "dependency:copy@agents"],
          "Maven download", "check that Maven Central is reachable, then rerun")
     log(f"JVM artifacts: done ({paths.jars_dir()})")
 

@@ -1,6 +1,6 @@
 """The pipeline's own health, from what reaches Prometheus: window freshness, reporting series, late records,
-the collectors' own telemetry (scraped as job "otelcol") and the Flink jobs' (their reporter: state, Kafka
-backlog, checkpoints, restarts).
+the collectors' own telemetry (scraped as job "otelcol"), the Flink jobs' (their reporter: state, Kafka
+backlog, checkpoints, restarts) and Kafka's per-topic rates (its JMX exporter, scraped as job "kafka").
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from infersight.dashboards.common import (
     FLINK_JOB_RUNNING,
     FLINK_PENDING_RECORDS,
     FLINK_RESTARTS,
+    KAFKA_JOB,
+    KAFKA_MESSAGES_IN,
     OTELCOL_ACCEPTED_SPANS,
     OTELCOL_JOB,
     OTELCOL_QUEUE_CAPACITY,
@@ -26,6 +28,7 @@ from infersight.dashboards.common import (
     timeseries_panel,
 )
 from infersight.schemas import pipeline as P
+from infersight.schemas.topics import DLQ
 
 WINDOWS = P.prom(P.WINDOW_REQUESTS)
 LATE = P.prom(P.LATE_RECORDS)
@@ -143,3 +146,22 @@ def restarts_and_failed_checkpoints():
         query(f"sum by (job_name) (increase({FLINK_RESTARTS}[$__rate_interval]))", "restarts {{job_name}}"),
         query(f"sum by (job_name) (increase({FLINK_CHECKPOINTS_FAILED}[$__rate_interval]))",
               "failed checkpoints {{job_name}}", ref="B"), line=False)
+
+
+KAFKA = f'{{job="{KAFKA_JOB}"}}'
+
+
+def dead_letters():
+    return timeseries_panel(
+        "Dead letters", f"Records per second into {DLQ.name} (every job's telemetry it could not read, with the "
+        "reason); any fires InfersightDeadLetters.", "short", thresholds((None, "green"), (0.001, "red")),
+        query(f'sum(rate({KAFKA_MESSAGES_IN}{{job="{KAFKA_JOB}", topic="{DLQ.name}"}}[$__rate_interval]))\n'
+              f"  or 0 * sum(rate({KAFKA_MESSAGES_IN}{KAFKA}[$__rate_interval]))", "dead letters"))
+
+
+def topic_intake():
+    return timeseries_panel(
+        "Kafka intake per topic", "Messages per second appended to each of the pipeline's topics (a message is a "
+        "batch: an OTLP export, a window's records).", "short", thresholds((None, "green")),
+        query(f'sum by (topic) (rate({KAFKA_MESSAGES_IN}{{job="{KAFKA_JOB}", topic=~"infersight.*"}}'
+              "[$__rate_interval]))", "{{topic}}"), line=False)

@@ -12,7 +12,14 @@ import yaml
 
 from infersight.dashboards import generate, rules
 from infersight.dashboards import slo as S
-from infersight.dashboards.common import DATASOURCE_UID, FLINK_NAMES, OTELCOL_JOB, OTELCOL_NAMES, VARIABLES
+from infersight.dashboards.common import (
+    DATASOURCE_UID,
+    FLINK_NAMES,
+    KAFKA_NAMES,
+    OTELCOL_JOB,
+    OTELCOL_NAMES,
+    VARIABLES,
+)
 from infersight.schemas import pipeline as P
 
 GENERATED = generate.OUT
@@ -72,7 +79,7 @@ def test_deployment_dashboards_have_the_four_variables():
 
 
 def _known_names() -> set[str]:
-    names = set(OTELCOL_NAMES) | set(FLINK_NAMES)  # the collectors' and Flink's own, as they serve them
+    names = set(OTELCOL_NAMES) | set(FLINK_NAMES) | set(KAFKA_NAMES)  # the collectors', Flink's, Kafka's own
     for o in P.OUTPUTS:
         names.add(o.prometheus)
         if o.kind == "histogram":
