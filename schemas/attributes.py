@@ -61,6 +61,9 @@ MODEL_VERSION = "infersight.model.version"
 ENGINE = "infersight.engine"
 STAGE = "infersight.stage"
 TTFT = "infersight.ttft"
+ENGINE_TTFT = "infersight.engine.ttft"
+INGRESS_DURATION = "infersight.stage.ingress.duration"
+EGRESS_DURATION = "infersight.stage.egress.duration"
 TPOT = "infersight.tpot"
 E2E = "infersight.e2e"
 QUEUE_DURATION = "infersight.stage.queue.duration"
@@ -160,8 +163,16 @@ ATTRIBUTES: tuple[Entry, ...] = (
     _span(MODEL_VERSION, "string", "Model version / checkpoint (INFERSIGHT_MODEL_VERSION).",
           card="low: versions live at once", dim=True),
     _span(ENGINE, "string", "Serving engine: vllm, triton, torch.compile, custom.", card=_LOW, dim=True),
-    _span(STAGE, "string", "Stage of a stage span: routing, queue, prefill, decode, safety.", card="5 values"),
-    _span(TTFT, "double", "Server-side time to first token of this request.", "s"),
+    _span(STAGE, "string", "Stage of a stage span: routing, ingress, queue, prefill, egress, decode, safety.",
+          card="7 values"),
+    _span(TTFT, "double", "Server-side time to first token of this request (the edge TTFT where the server's "
+          "HTTP layer is timed: see gen_ai.server.time_to_first_token).", "s"),
+    _span(ENGINE_TTFT, "double", "The engine's own time to first token (engine arrival to first token output); "
+          "on the prefill stage.", "s"),
+    _span(INGRESS_DURATION, "double", "Ingress stage: HTTP layer has the request -> the engine queues it "
+          "(parsing, chat template, tokenisation, event-loop waits).", "s"),
+    _span(EGRESS_DURATION, "double", "Egress stage: the engine's first token output -> its bytes handed to the "
+          "transport (detokenisation, SSE framing, event-loop waits).", "s"),
     _span(TPOT, "double", "Mean time per output token after the first.", "s"),
     _span(E2E, "double", "Server-side request duration.", "s"),
     _span(QUEUE_DURATION, "double", "Time waiting for the scheduler (excludes prefill).", "s"),
