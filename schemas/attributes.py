@@ -62,8 +62,7 @@ ENGINE = "infersight.engine"
 STAGE = "infersight.stage"
 TTFT = "infersight.ttft"
 ENGINE_TTFT = "infersight.engine.ttft"
-INGRESS_DURATION = "infersight.stage.ingress.duration"
-EGRESS_DURATION = "infersight.stage.egress.duration"
+CLIENT_TTFT = "infersight.client.ttft"
 TPOT = "infersight.tpot"
 E2E = "infersight.e2e"
 QUEUE_DURATION = "infersight.stage.queue.duration"
@@ -169,10 +168,8 @@ ATTRIBUTES: tuple[Entry, ...] = (
           "HTTP layer is timed: see gen_ai.server.time_to_first_token).", "s"),
     _span(ENGINE_TTFT, "double", "The engine's own time to first token (engine arrival to first token output); "
           "on the prefill stage.", "s"),
-    _span(INGRESS_DURATION, "double", "Ingress stage: HTTP layer has the request -> the engine queues it "
-          "(parsing, chat template, tokenisation, event-loop waits).", "s"),
-    _span(EGRESS_DURATION, "double", "Egress stage: the engine's first token output -> its bytes handed to the "
-          "transport (detokenisation, SSE framing, event-loop waits).", "s"),
+    _span(CLIENT_TTFT, "double", "The client's time to first token, on its CLIENT span (see "
+          "infersight.client.time_to_first_token).", "s"),
     _span(TPOT, "double", "Mean time per output token after the first.", "s"),
     _span(E2E, "double", "Server-side request duration.", "s"),
     _span(QUEUE_DURATION, "double", "Time waiting for the scheduler (excludes prefill).", "s"),

@@ -57,6 +57,7 @@ PREFIX_CACHE_QUERIES = "infersight.server.prefix_cache.queries"
 PREFIX_CACHE_HITS = "infersight.server.prefix_cache.hits"
 INSTRUMENTATION_ERRORS = "infersight.instrumentation.errors"
 ENGINE_TTFT_METRIC = "infersight.server.engine.time_to_first_token"
+CLIENT_TTFT_METRIC = "infersight.client.time_to_first_token"
 EVENT_LOOP_LAG = "infersight.server.event_loop.lag"
 EVENT_LOOP_LAG_MAX = "infersight.server.event_loop.lag.max"
 # --- vLLM's Prometheus families, read and mapped ---
@@ -123,6 +124,10 @@ METRICS: tuple[Entry, ...] = (
        "The engine's own time to first token (vLLM: engine arrival to the first token's output), every "
        "request; at most gen_ai.server.time_to_first_token, which adds ingress and egress.",
        TTFT_BUCKETS, _SEMCONV_BUCKETS + " of TTFT, so the two compare bucket by bucket"),
+    _m(CLIENT_TTFT_METRIC, _H, "s", _US,
+       "The client's time to first token (OpenAI client instrumentation): the call to the first chunk that "
+       "carries a token, or to the whole response when not streamed; at least the server's edge TTFT.",
+       TTFT_BUCKETS, _SEMCONV_BUCKETS + " of TTFT, so client, edge and engine compare bucket by bucket"),
     _m(EVENT_LOOP_LAG, _H, "s", _US,
        "How late the API server's event loop woke a 20 ms timer: every request's handler and stream waits "
        "that long (vLLM's OpenAI server process).", LOOP_LAG_BUCKETS, LOOP_LAG_BUCKETS_WHY,

@@ -178,6 +178,9 @@ def _wrap_app(app: Any, registry: EdgeRegistry) -> Any:
 
     setattr(build_middleware_stack, _BUILD_APP_MARK, True)
     app.build_middleware_stack = build_middleware_stack
+    built = getattr(app, "middleware_stack", None)
+    if built is not None:  # vLLM's build_app already built it (its SageMaker bootstrap does)
+        app.middleware_stack = EdgeTimer(built, registry)
     return app
 
 
