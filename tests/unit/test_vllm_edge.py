@@ -221,3 +221,28 @@ def test_without_an_edge_the_engine_layout_is_unchanged(setup):
     assert "ingress" not in spans and "egress" not in spans
     # without an edge the engine-core intervals place the first token (the layout before edge timing)
     assert spans["chat tiny-llama"].attributes[A.TTFT] == pytest.approx(0.49, abs=1e-6)
+
+
+def test_wrap_app_times_an_app_whose_stack_was_built_already():
+    from fastapi.responses import JSONResponse
+
+    from infersight.instrumentation.vllm_adapter.edge import _wrap_app
+
+    registry = EdgeRegistry()
+    app = fastapi.FastAPI()
+
+    @app.post("/v1/completions")
+    async def completion():
+        registry.file_current("cmpl-1")
+        return JSONResponse({"choices": [{"text": "x"}]})
+
+    app.middleware_stack = app.build_middleware_stack()  # as vLLM's build_app leaves it
+    assert _wrap_app(app, registry) is app
+
+    async def run():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            assert (await client.post("/v1/completions", json={})).status_code == 200
+
+    asyncio.run(run())
+    timing = registry.pop("cmpl-1")
+    assert timing is not None and timing.first_ns is not None
