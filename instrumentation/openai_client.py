@@ -175,7 +175,7 @@ class _TimedStream:
 
 
 CLIENT_TTFT = A.CLIENT_TTFT
-SERVER_ADDRESS, SERVER_PORT = "server.address", "server.port"
+SERVER_ADDRESS, SERVER_PORT = A.SERVER_ADDRESS, A.SERVER_PORT
 
 
 class OpenAIClientInstrumentor:

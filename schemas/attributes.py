@@ -22,6 +22,8 @@ K8S_NAMESPACE_NAME = "k8s.namespace.name"
 # --- GenAI semantic conventions ---
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 GEN_AI_SYSTEM = "gen_ai.system"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
@@ -168,6 +170,9 @@ ATTRIBUTES: tuple[Entry, ...] = (
           "HTTP layer is timed: see gen_ai.server.time_to_first_token).", "s"),
     _span(ENGINE_TTFT, "double", "The engine's own time to first token (engine arrival to first token output); "
           "on the prefill stage.", "s"),
+    _span(SERVER_ADDRESS, "string", "Host the client called (CLIENT spans of the OpenAI client instrumentation).",
+          source=_SEM),
+    _span(SERVER_PORT, "int", "Port the client called (CLIENT spans).", source=_SEM),
     _span(CLIENT_TTFT, "double", "The client's time to first token, on its CLIENT span (see "
           "infersight.client.time_to_first_token).", "s"),
     _span(TPOT, "double", "Mean time per output token after the first.", "s"),
