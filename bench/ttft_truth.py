@@ -212,8 +212,9 @@ def run(requests: list[int]) -> dict:
                 edge, engine = _edge_engine(spans, server.model)
                 inst = _instrumented_pass(server, sink, concurrency, n)
                 runs[str(concurrency)] = {
-                    "client_p50_ms": round(bench["p50_ttft_ms"], 3), "client_p90_ms": round(bench["p90_ttft_ms"], 3),
-                    "client_p99_ms": round(bench["p99_ttft_ms"], 3),
+                    "client_p50_ms": round(float(bench["p50_ttft_ms"]), 3),
+                    "client_p90_ms": round(float(bench["p90_ttft_ms"]), 3),
+                    "client_p99_ms": round(float(bench["p99_ttft_ms"]), 3),
                     "edge_p50_ms": _pct(edge, 50), "edge_p99_ms": _pct(edge, 99),
                     "engine_p50_ms": _pct(engine, 50), "engine_p99_ms": _pct(engine, 99),
                     "loop_lag_p99_ms": lag_p99,
