@@ -27,7 +27,7 @@ from infersight.schemas.records import FINISH_REASONS, RequestRecord
 if TYPE_CHECKING:
     from infersight.instrumentation.api import Instrumentation
 
-STAGES = ("routing", "queue", "prefill", "decode", "safety")
+STAGES = ("routing", "queue", "prefill", "decode", "safety", "ingress", "egress")
 _STAGE_SET = frozenset(STAGES)
 _NEW, _STARTED, _FINISHED = 0, 1, 2
 _SEVERITY = {v: i for i, v in enumerate(A.SAFETY_VERDICTS)}

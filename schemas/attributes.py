@@ -22,6 +22,8 @@ K8S_NAMESPACE_NAME = "k8s.namespace.name"
 # --- GenAI semantic conventions ---
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 GEN_AI_SYSTEM = "gen_ai.system"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
@@ -61,6 +63,8 @@ MODEL_VERSION = "infersight.model.version"
 ENGINE = "infersight.engine"
 STAGE = "infersight.stage"
 TTFT = "infersight.ttft"
+ENGINE_TTFT = "infersight.engine.ttft"
+CLIENT_TTFT = "infersight.client.ttft"
 TPOT = "infersight.tpot"
 E2E = "infersight.e2e"
 QUEUE_DURATION = "infersight.stage.queue.duration"
@@ -160,8 +164,17 @@ ATTRIBUTES: tuple[Entry, ...] = (
     _span(MODEL_VERSION, "string", "Model version / checkpoint (INFERSIGHT_MODEL_VERSION).",
           card="low: versions live at once", dim=True),
     _span(ENGINE, "string", "Serving engine: vllm, triton, torch.compile, custom.", card=_LOW, dim=True),
-    _span(STAGE, "string", "Stage of a stage span: routing, queue, prefill, decode, safety.", card="5 values"),
-    _span(TTFT, "double", "Server-side time to first token of this request.", "s"),
+    _span(STAGE, "string", "Stage of a stage span: routing, ingress, queue, prefill, egress, decode, safety.",
+          card="7 values"),
+    _span(TTFT, "double", "Server-side time to first token of this request (the edge TTFT where the server's "
+          "HTTP layer is timed: see gen_ai.server.time_to_first_token).", "s"),
+    _span(ENGINE_TTFT, "double", "The engine's own time to first token (engine arrival to first token output); "
+          "on the prefill stage.", "s"),
+    _span(SERVER_ADDRESS, "string", "Host the client called (CLIENT spans of the OpenAI client instrumentation).",
+          source=_SEM),
+    _span(SERVER_PORT, "int", "Port the client called (CLIENT spans).", source=_SEM),
+    _span(CLIENT_TTFT, "double", "The client's time to first token, on its CLIENT span (see "
+          "infersight.client.time_to_first_token).", "s"),
     _span(TPOT, "double", "Mean time per output token after the first.", "s"),
     _span(E2E, "double", "Server-side request duration.", "s"),
     _span(QUEUE_DURATION, "double", "Time waiting for the scheduler (excludes prefill).", "s"),

@@ -25,6 +25,11 @@ ITL_BUCKETS_WHY = (
     "the bounds are dense from 1 ms to 100 ms; they end at 2.5 s like TPOT so the two compare directly. "
     "One observation per request (its p99 gap): stalls show, and no OTel call is made per token."
 )
+LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.2, 0.5, 1.0, 2.5)
+LOOP_LAG_BUCKETS_WHY = (
+    "A wake-up late by 1 ms is normal and by 20-100 ms eats most of a 200 ms TTFT SLO: bounds dense from "
+    "0.5 ms to 100 ms, then coarse to show a stalled loop."
+)
 QUEUE_BUCKETS_WHY = (
     "Queue time is a component of TTFT, whose SLO is ~200 ms: bounds resolve 0.5 ms-200 ms finely "
     "(0.2 is a bound) and continue to 60 s to show overload."
@@ -51,6 +56,10 @@ BATCH_SIZE = "infersight.server.batch.size"
 PREFIX_CACHE_QUERIES = "infersight.server.prefix_cache.queries"
 PREFIX_CACHE_HITS = "infersight.server.prefix_cache.hits"
 INSTRUMENTATION_ERRORS = "infersight.instrumentation.errors"
+ENGINE_TTFT_METRIC = "infersight.server.engine.time_to_first_token"
+CLIENT_TTFT_METRIC = "infersight.client.time_to_first_token"
+EVENT_LOOP_LAG = "infersight.server.event_loop.lag"
+EVENT_LOOP_LAG_MAX = "infersight.server.event_loop.lag.max"
 # --- vLLM's Prometheus families, read and mapped ---
 VLLM_TTFT = "vllm:time_to_first_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
@@ -91,7 +100,10 @@ def _read(name: str, inst: Instrument, unit: str, source: Source, maps_to: str) 
 _SEMCONV_BUCKETS = "the semantic conventions' advisory boundaries"
 
 METRICS: tuple[Entry, ...] = (
-    _m(GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, _H, "s", _SEM, "Server-side time to first token, every request.",
+    _m(GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, _H, "s", _SEM,
+       "Server-side time to first token, every request: from the server's HTTP layer having the request to "
+       "the first token's bytes handed to the transport (edge TTFT). Servers without an HTTP-layer timer "
+       "(an engine used in-process) report from the engine's arrival to its first token.",
        TTFT_BUCKETS, _SEMCONV_BUCKETS + " (shared with vLLM)"),
     _m(GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, _H, "s", _SEM,
        "Mean time per output token after the first, per request with 2+ output tokens.",
@@ -108,6 +120,20 @@ METRICS: tuple[Entry, ...] = (
        ITL_BUCKETS, ITL_BUCKETS_WHY),
     _m(QUEUE_TIME_METRIC, _H, "s", _US, "Per request, time waiting for the scheduler (excludes prefill).",
        QUEUE_BUCKETS, QUEUE_BUCKETS_WHY),
+    _m(ENGINE_TTFT_METRIC, _H, "s", _US,
+       "The engine's own time to first token (vLLM: engine arrival to the first token's output), every "
+       "request; at most gen_ai.server.time_to_first_token, which adds ingress and egress.",
+       TTFT_BUCKETS, _SEMCONV_BUCKETS + " of TTFT, so the two compare bucket by bucket"),
+    _m(CLIENT_TTFT_METRIC, _H, "s", _US,
+       "The client's time to first token (OpenAI client instrumentation): the call to the first chunk that "
+       "carries a token, or to the whole response when not streamed; at least the server's edge TTFT.",
+       TTFT_BUCKETS, _SEMCONV_BUCKETS + " of TTFT, so client, edge and engine compare bucket by bucket"),
+    _m(EVENT_LOOP_LAG, _H, "s", _US,
+       "How late the API server's event loop woke a 20 ms timer: every request's handler and stream waits "
+       "that long (vLLM's OpenAI server process).", LOOP_LAG_BUCKETS, LOOP_LAG_BUCKETS_WHY,
+       card="none: one series per process (resource attributes)"),
+    _m(EVENT_LOOP_LAG_MAX, _G, "s", _US, "Largest event-loop lag since the previous collection.",
+       card="none: one series per process (resource attributes)"),
     _m(QUEUE_DEPTH, _G, "{request}", _US, "Requests waiting to be scheduled.", card="engine"),
     _m(REQUESTS_RUNNING, _G, "{request}", _US, "Requests being processed.", card="engine"),
     _m(KV_CACHE_USAGE, _G, "1", _US, "Fraction of KV-cache blocks in use (0-1).", card="engine"),

@@ -17,13 +17,17 @@ from typing import Any
 from vllm.v1.metrics.loggers import StatLoggerBase
 
 from infersight.instrumentation import selftelemetry as bad
+from infersight.instrumentation.vllm_adapter import edge
 from infersight.instrumentation.vllm_adapter import providers as providers_mod
+from infersight.instrumentation.vllm_adapter.edge import EDGES
+from infersight.instrumentation.vllm_adapter.looplag import LoopLag
 from infersight.instrumentation.vllm_adapter.tracecontext import (
     PARENTS,
     attach_llm_request_capture,
     install_header_capture,
 )
 from infersight.instrumentation.vllm_adapter.translate import StatsTranslator
+from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
 
 _log = logging.getLogger(__name__)
 PINNED_VLLM_VERSION = "0.32.0"
@@ -75,10 +79,16 @@ class InfersightStatLogger(StatLoggerBase):
         self.vllm_tracing = getattr(observability, "otlp_traces_endpoint", None) is not None
         model = _served_model_name(vllm_config)
         self.providers = providers_mod.resolve(tracer_provider, meter_provider, model=model)
+        meter_provider = self.providers.meter_provider
+        # the edge timer: the server's app is built after the engine client (and so after this logger)
+        self.edge_timed = edge.install(EDGES)
+        edge.install_first_token_latency()
+        if EDGES.lag is None:
+            EDGES.lag = LoopLag(meter_provider.get_meter(SCOPE_NAME, SCOPE_VERSION))
         self.translator = StatsTranslator(
             model, tracer_provider=self.providers.tracer_provider,
-            meter_provider=self.providers.meter_provider, vllm_tracing=self.vllm_tracing, parents=PARENTS,
-            gpu=gpu)
+            meter_provider=meter_provider, vllm_tracing=self.vllm_tracing, parents=PARENTS,
+            gpu=gpu, edges=EDGES)
         if self.vllm_tracing:
             from opentelemetry import trace
 
@@ -86,8 +96,7 @@ class InfersightStatLogger(StatLoggerBase):
             if not attach_llm_request_capture(trace.get_tracer_provider()):
                 _log.warning("infersight: vLLM tracing is on but the global tracer provider is not the SDK's; "
                              "stage spans cannot be parented to llm_request spans")
-        else:
-            install_header_capture(PARENTS)
+        install_header_capture(PARENTS, edges=EDGES, capture_headers=not self.vllm_tracing)
 
     def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                engine_idx: int = 0) -> None:

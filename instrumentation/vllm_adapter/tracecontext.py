@@ -108,8 +108,11 @@ def attach_llm_request_capture(provider: Any, parents: RequestParents = PARENTS)
 _PATCH_MARK = "__infersight_trace_headers__"
 
 
-def install_header_capture(parents: RequestParents = PARENTS) -> bool:
-    """Wrap ``AsyncLLM.add_request`` once so requests' W3C trace headers are remembered by request id."""
+def install_header_capture(parents: RequestParents = PARENTS, edges: Any = None, capture_headers: bool = True
+                           ) -> bool:
+    """Wrap ``AsyncLLM.add_request`` once so requests' W3C trace headers are remembered by request id (unless
+    ``capture_headers`` is False) and the HTTP request's edge timing is filed under it (``edges``, an
+    ``edge.EdgeRegistry``)."""
     from vllm.v1.engine.async_llm import AsyncLLM
 
     original = AsyncLLM.add_request
@@ -127,13 +130,14 @@ def install_header_capture(parents: RequestParents = PARENTS) -> bool:
     @functools.wraps(original)
     async def add_request(self, *args, **kwargs):
         try:
-            headers = kwargs.get("trace_headers")
-            if headers is None and len(args) > position:
+            request_id = kwargs.get("request_id", args[id_position] if len(args) > id_position else None)
+            if edges is not None:
+                edges.file_current(request_id)
+            headers = kwargs.get("trace_headers") if capture_headers else None
+            if capture_headers and headers is None and len(args) > position:
                 headers = args[position]
-            if headers:
-                request_id = kwargs.get("request_id", args[id_position] if len(args) > id_position else None)
-                if isinstance(request_id, str):
-                    parents.headers.put(request_id, dict(headers))
+            if headers and isinstance(request_id, str):
+                parents.headers.put(request_id, dict(headers))
         except Exception:  # noqa: BLE001 - never fail a request for telemetry
             pass
         return await original(self, *args, **kwargs)

@@ -29,17 +29,22 @@ from collections import deque
 from collections.abc import Mapping
 from itertools import accumulate, islice, repeat
 from operator import mul
-from typing import Any
+from typing import Any, NamedTuple
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.trace import NonRecordingSpan
 
 from infersight.instrumentation import selftelemetry as bad
 from infersight.instrumentation.api import Instrumentation
+from infersight.instrumentation.meters import histogram
 from infersight.instrumentation.spans import Root, SpanSink
 from infersight.instrumentation.summary import itl_summary
+from infersight.instrumentation.vllm_adapter.edge import FIRST_TOKEN_LATENCY, EdgeRegistry, EdgeTiming
 from infersight.schemas import attributes as A
+from infersight.schemas import metrics as M
+from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas.records import FINISH_REASONS
+from infersight.schemas.registry import get
 from infersight.schemas.units import NS
 
 _log = logging.getLogger(__name__)
@@ -57,12 +62,29 @@ def _count(obj: Any, name: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+class _Finished(NamedTuple):
+    """A finished request's figures, laid out in the frontend's clock (ns)."""
+
+    request_id: str | None
+    n_in: int
+    n_out: int
+    n_cached: int
+    reason: str
+    start: int  # engine arrival
+    queued: int
+    scheduled: int
+    first: int  # the engine's first token
+    end: int
+    gaps: list[int]
+
+
 class StatsTranslator:
     """Turns ``record(scheduler_stats, iteration_stats)`` calls into telemetry. One per engine."""
 
     def __init__(self, model: str, *, tracer_provider: Any, meter_provider: Any, vllm_tracing: bool,
-                 parents: Any, gpu: bool = True) -> None:
+                 parents: Any, gpu: bool = True, edges: EdgeRegistry | None = None) -> None:
         self.model = model
+        self.edges = edges
         self.vllm_tracing = vllm_tracing
         self.parents = parents
         self._now = [0]
@@ -74,6 +96,11 @@ class StatsTranslator:
                                     provider_name="vllm", gpu=gpu, clock=clock, wall_clock=clock)
         self._stage_spans = SpanSink(tracer_provider) if vllm_tracing else None
         self._step_gaps: deque[float] = deque(maxlen=STEP_HISTORY)
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter(SCOPE_NAME, SCOPE_VERSION)
+        entry = get(M.ENGINE_TTFT_METRIC)
+        self._engine_ttft = histogram(meter, M.ENGINE_TTFT_METRIC, entry.unit, entry.description, entry.buckets)
+        self._engine_ttft_attrs = {op: {A.GEN_AI_REQUEST_MODEL: model, A.GEN_AI_OPERATION_NAME: op,
+                                        A.GEN_AI_PROVIDER_NAME: "vllm"} for op in ("chat", "text_completion")}
         self.requests_seen = 0
         self.gap_fallbacks = 0
 
@@ -144,49 +171,88 @@ class StatsTranslator:
         reason = str(getattr(stats, "finish_reason", "stop")).lower()
         reason = reason if reason in FINISH_REASONS else "stop"
 
+        edge = self.edges.pop(request_id) if self.edges is not None else None
         end = int(end_s * NS)
-        first = end - int(durations["decode_time"] * NS)
+        arrival = end - int(durations["e2e_latency"] * NS)
+        first_latency = _num(stats, FIRST_TOKEN_LATENCY)
+        if edge is not None and n_out and first_latency > 0:
+            # vLLM's own TTFT, in the frontend's clock like the edge's: engine <= edge by causality
+            first = arrival + int(first_latency * NS)
+        else:
+            first = end - int(durations["decode_time"] * NS)
         scheduled = first - int(durations["prefill_time"] * NS)
-        start = min(end - int(durations["e2e_latency"] * NS), scheduled)
+        start = min(arrival, scheduled)
         queued = max(start, scheduled - int(durations["queued_time"] * NS))
         gaps = self._gaps_for(n_out, durations["decode_time"]) if n_out else []
-        ttft_s = (first - start) / NS if n_out else None
-        operation = "chat" if request_id and request_id.startswith(_CHAT_ID_PREFIX) else "text_completion"
+        done = _Finished(request_id, n_in, n_out, n_cached, reason, start, queued, scheduled, first, end, gaps)
+        if edge is None:
+            self._replay(done, None)
+        else:  # a request finishing before its first token's bytes were written (one token, or not streamed)
+            edge.when_first_token(lambda: self._replay(done, edge))
 
-        headers = None if self.vllm_tracing else self.parents.pop_headers(request_id)
+    def _replay(self, f: _Finished, edge: EdgeTiming | None) -> None:
+        """Replay a finished request through the generic API; with an edge timing, the request starts at the
+        edge, ``ingress`` runs to the engine's queue and ``egress`` from the engine's first token to its bytes
+        written, and the request's TTFT is the edge's (token times after the first shift by that egress)."""
+        ttft_s = (f.first - f.start) / NS if f.n_out else None
+        operation = "chat" if f.request_id and f.request_id.startswith(_CHAT_ID_PREFIX) else "text_completion"
+        t0 = min(edge.start_ns, f.start) if edge is not None else f.start
+        edge_first = edge.first_ns if edge is not None and f.n_out else None
+        headers = None if self.vllm_tracing else self.parents.pop_headers(f.request_id)
         now = self._now
-        now[0] = start
+        now[0] = t0
         req = self.inst.request(self.model, operation=operation, headers=headers)
         req.start()
-        now[0] = queued
+        stages: list = []
+        if edge is not None:
+            stage = req.stage("ingress")
+            now[0] = f.queued
+            stage.end()
+            stages.append(("ingress", t0, f.queued, {A.STAGE: "ingress"}))
+        now[0] = f.queued
         stage = req.stage("queue")
-        now[0] = scheduled
+        now[0] = f.scheduled
         stage.end()
-        prefill_attrs = {A.GEN_AI_USAGE_INPUT_TOKENS: n_in, A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: n_cached}
+        stages.append(("queue", f.queued, f.scheduled, {A.STAGE: "queue"}))
+        prefill_attrs = {A.GEN_AI_USAGE_INPUT_TOKENS: f.n_in, A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: f.n_cached}
         if ttft_s is not None:
             prefill_attrs[A.TTFT] = ttft_s
+            prefill_attrs[A.ENGINE_TTFT] = ttft_s
+            self._engine_ttft.record(ttft_s, self._engine_ttft_attrs[operation])
         stage = req.stage("prefill", **prefill_attrs)
-        now[0] = first
+        now[0] = f.first
         stage.end()
-        marks = list(accumulate(gaps, initial=first))  # the tokens' times: first, then one per gap
-        if marks[-1] > end:
-            marks = [min(t, end) for t in marks]
-        decode_attrs = self._decode_attributes(marks, n_out)
-        if n_out:
-            req.first_token()
-            stage = req.stage("decode", **decode_attrs)
-            req.mark_tokens(marks[1:])
-            now[0] = end
+        stages.append(("prefill", f.scheduled, f.first, {A.STAGE: "prefill", **prefill_attrs}))
+        marks = list(accumulate(f.gaps, initial=f.first))  # the tokens' times: first, then one per gap
+        if marks[-1] > f.end:
+            marks = [min(t, f.end) for t in marks]
+        decode_attrs = self._decode_attributes(marks, f.n_out)
+        last = f.end
+        if f.n_out:
+            if edge_first is not None:
+                written = max(edge_first, f.first)
+                egress = req.stage("egress")
+                stage = req.stage("decode", **decode_attrs)
+                now[0] = written
+                egress.end()
+                stages.append(("egress", f.first, written, {A.STAGE: "egress"}))
+                req.first_token()
+                later = [t + written - f.first for t in marks[1:]]  # vLLM's gaps, after the first's egress
+                last = max(f.end, later[-1]) if later else f.end
+            else:
+                req.first_token()
+                stage = req.stage("decode", **decode_attrs)
+                later = marks[1:]
+            req.mark_tokens(later)
+            now[0] = f.end
             stage.end()
-        req.usage(input_tokens=n_in, output_tokens=n_out, cached_tokens=n_cached)
-        req.response(model=self.model, response_id=request_id)
-        now[0] = end
-        req.finish(reason)
+            stages.append(("decode", f.first, f.end, {A.STAGE: "decode", **decode_attrs}))
+        req.usage(input_tokens=f.n_in, output_tokens=f.n_out, cached_tokens=f.n_cached)
+        req.response(model=self.model, response_id=f.request_id)
+        now[0] = last
+        req.finish(f.reason)
         if self.vllm_tracing:
-            self._emit_under_llm_request(request_id, (
-                ("queue", queued, scheduled, {A.STAGE: "queue"}),
-                ("prefill", scheduled, first, {A.STAGE: "prefill", **prefill_attrs}),
-                ("decode", first, end, {A.STAGE: "decode", **decode_attrs}) if n_out else None))
+            self._emit_under_llm_request(f.request_id, stages)
 
     @staticmethod
     def _decode_attributes(marks: list[int], n_out: int) -> dict[str, Any]:
@@ -205,8 +271,6 @@ class StatsTranslator:
         path = self._stage_spans.current()  # type: ignore[union-attr]
         root = Root(ctx, parent, None, True)
         for item in stages:
-            if item is None:
-                continue
             name, s_start, s_end, attrs = item
             span_context, _ = path.child_context(root)  # an SDK provider: finished spans straight to its processors
             path.emit_child(root, name, span_context, s_start, s_end, attrs, ())

@@ -20,6 +20,7 @@ class OtlpSink:
         self.spans = 0
         self.metric_exports = 0
         self.kept: list = []
+        self.kept_metrics: list = []
         self._lock = threading.Lock()
 
         class Traces(trace_service_pb2_grpc.TraceServiceServicer):
@@ -35,6 +36,8 @@ class OtlpSink:
             def Export(self, request, context):  # noqa: N802
                 with sink._lock:
                     sink.metric_exports += 1
+                    if keep:
+                        sink.kept_metrics.append(request)
                 return metrics_service_pb2.ExportMetricsServiceResponse()
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
