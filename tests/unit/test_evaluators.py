@@ -160,3 +160,27 @@ def test_explanations_go_through_the_redaction_hook_with_capture_on():
 
 def test_no_plugins_registered_is_an_empty_list():
     assert load_plugins("infersight.evaluators.none-registered") == []
+
+
+def test_a_sampled_out_trace_still_exports_its_late_result_record_only():
+    """The judge's rate is the estimate's weight: a trace sampler that dropped the trace must not drop the
+    result too (the gateway keeps record-only spans out of full traces, in the requests topic)."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(sampler=ALWAYS_OFF)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = Instrumentation(tracer_provider=tp, gpu=False, settings=Settings(region="eu-west-1"))
+    slow = _Slow()
+    slow.release.set()
+    worker = EvaluationWorker([slow], Sampler(default=1.0))
+    with inst.request("m") as req:
+        pass
+    worker.submit(req, Sample("m", "q", "a"))
+    worker.close()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    root = next(s for n, s in spans.items() if n != "gen_ai.evaluation")
+    late = spans["gen_ai.evaluation"]
+    assert root.attributes[A.RECORD_ONLY] and late.attributes[A.RECORD_ONLY]
+    assert late.parent.span_id == root.context.span_id and late.context.trace_id == root.context.trace_id
+    assert late.events[0].attributes[A.EVALUATION_SAMPLE_RATE] == 1.0
