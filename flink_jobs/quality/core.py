@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from infersight.flink_jobs.quality.drift import DAY_S, DriftParams, Histogram, SignalDrift, drift_event
 from infersight.flink_jobs.quality.estimates import EvaluatorWindow, summarise
-from infersight.schemas.quality import BASELINE_KINDS, DRIFT_SIGNAL_BY_NAME, DRIFT_SIGNALS, DriftSignal
+from infersight.schemas.quality import BASELINE_KINDS, DRIFT_SIGNALS, DriftSignal
 
 STABLE = "stable"
 
@@ -139,7 +139,3 @@ class Engine:
                    "baseline": self.params.baseline}
             out.append(rec)
         return out
-
-
-def signal(name: str) -> DriftSignal:
-    return DRIFT_SIGNAL_BY_NAME[name]

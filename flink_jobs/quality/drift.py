@@ -62,10 +62,6 @@ class Histogram:
         self.counts = self.counts + other.counts
         self.n += other.n
 
-    def subtract(self, other: Histogram) -> None:
-        self.counts = np.maximum(self.counts - other.counts, 0.0)
-        self.n -= other.n
-
 
 @functools.cache
 def _positions(signal: DriftSignal) -> np.ndarray | None:

@@ -12,7 +12,7 @@ accumulators merge by adding them, and the estimate of the merge is the estimate
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -152,10 +152,3 @@ def summarise(evaluators: Mapping[str, EvaluatorWindow], weights: Mapping[str, f
         means[name] = ev.score.mean
     out["composite"] = composite(means, weights)
     return out
-
-
-def merge_all(items: Iterable[WeightedMean]) -> WeightedMean:
-    acc = WeightedMean()
-    for it in items:
-        acc = acc.merge(it)
-    return acc
