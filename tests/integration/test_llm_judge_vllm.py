@@ -21,7 +21,8 @@ def server(tmp_path_factory):
 
     scratch = tmp_path_factory.mktemp("vllm-judge")
     env = engine_env(scratch, plugin=False)
-    with OpenAIServer(build_tiny_model(), env=env, log_path=scratch / "server.log") as srv:
+    # start-up is 25-150 s here, longer on a machine shared with other test runs
+    with OpenAIServer(build_tiny_model(), env=env, log_path=scratch / "server.log", startup_timeout_s=480) as srv:
         yield srv
 
 
