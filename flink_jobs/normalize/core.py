@@ -70,7 +70,7 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
             yield REQUESTS.name, dump_batch(chunk), max(r["end_ns"] for r in chunk) // MS
         yield from evaluation_outputs(  # judge and guardrail results (issue #17), on their own topic
             payload, lambda reason, problems, trace_id: dead_letter(reason, problems, topic, partition, offset,
-                                                                    payload, trace_id), now_ms)
+                                                                    payload, trace_id), now_ns, bounds)
     except DecodeError as exc:
         what = "metrics" if topic == OTLP_METRICS.name else "trace"
         reason = f"payload: not an OTLP {what} request (protobuf decode failed: {exc})"

@@ -11,12 +11,13 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from infersight.flink_jobs.normalize.otlp_spans import any_value
+from infersight.flink_jobs.normalize.span_records import TimeBounds
 from infersight.schemas import attributes as A
 from infersight.schemas.evaluation import LATE_EVALUATION_SPAN, validate
 from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT
 from infersight.schemas.records import dump_batch
 from infersight.schemas.topics import DLQ, EVALUATIONS
-from infersight.schemas.units import MS
+from infersight.schemas.units import MS, NS
 
 _MARKER = GEN_AI_EVALUATION_RESULT.encode()
 
@@ -29,8 +30,22 @@ def _str(attrs: dict[str, Any], *names: str) -> str:
     return ""
 
 
-def evaluations_from_payload(payload: bytes) -> Iterator[dict[str, Any] | tuple[str | None, list[str]]]:
-    """Per evaluation event: its record (a dict, valid) or ``(trace_id, problems)``.
+def _time_problem(time_ns: Any, now_ns: int, bounds: TimeBounds) -> str | None:
+    """As for request records: a result far in the future or older than the bounds is a clock error."""
+    if not isinstance(time_ns, int):
+        return None  # validate() names it
+    ahead_s = (time_ns - now_ns) / NS
+    if ahead_s > bounds.max_future_s:
+        return f"time_ns: {ahead_s:.0f} s in the future (limit {bounds.max_future_s:.0f} s)"
+    if -ahead_s > bounds.max_age_s:
+        return f"time_ns: {-ahead_s:.0f} s in the past (limit {bounds.max_age_s:.0f} s)"
+    return None
+
+
+def evaluations_from_payload(payload: bytes, now_ns: int | None = None, bounds: TimeBounds | None = None
+                             ) -> Iterator[dict[str, Any] | tuple[str | None, list[str]]]:
+    """Per evaluation event: its record (a dict, valid) or ``(trace_id, problems)``. With ``now_ns``, a time
+    outside ``bounds`` (default: the request records' ``TimeBounds``) is a problem too.
 
     Raises ``google.protobuf.message.DecodeError`` on bytes that are not an OTLP trace request."""
     request = ExportTraceServiceRequest.FromString(payload)
@@ -59,19 +74,23 @@ def evaluations_from_payload(payload: bytes) -> Iterator[dict[str, Any] | tuple[
                         "track": _str({**resource, **attrs}, A.DEPLOYMENT_TRACK),
                     }
                     problems = validate(rec)
+                    if now_ns is not None:
+                        late = _time_problem(rec["time_ns"], now_ns, bounds or TimeBounds())
+                        problems += [late] if late else []
                     yield (rec["trace_id"], problems) if problems else rec
 
 
-def evaluation_outputs(payload: bytes, letter: Callable[[str, list[str], str | None], str], now_ms: int
-                       ) -> Iterator[tuple[str, str, int]]:
+def evaluation_outputs(payload: bytes, letter: Callable[[str, list[str], str | None], str], now_ns: int,
+                       bounds: TimeBounds | None = None) -> Iterator[tuple[str, str, int]]:
     """``(output topic, JSON value, event time ms)``: the valid records of one OTLP trace payload as one batch on
     ``infersight.evaluations``, a dead letter (``letter(reason, problems, trace_id)``) per invalid one. A payload
     without the event's name among its bytes has none: it is not decoded a second time (the cost of the request
     records' path stays as it was)."""
     if _MARKER not in payload:
         return
+    now_ms = now_ns // MS
     batch = []
-    for item in evaluations_from_payload(payload):
+    for item in evaluations_from_payload(payload, now_ns, bounds):
         if isinstance(item, dict):
             batch.append(item)
         else:

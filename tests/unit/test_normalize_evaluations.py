@@ -116,3 +116,13 @@ def test_a_payload_without_evaluations_is_not_decoded_twice():
     payload = _payload(lambda req: None)
     assert list(evaluation_outputs(payload, lambda *a: "", 0)) == []
     assert list(evaluation_outputs(b"garbage without the marker", lambda *a: "", 0)) == []
+
+
+def test_a_result_far_from_the_clock_is_a_dead_letter_like_a_request():
+    from infersight.flink_jobs.normalize.evaluations import evaluation_outputs
+    from infersight.schemas.topics import DLQ
+
+    payload = _payload(lambda req: req.evaluation("relevance", 0.5, sample_rate=0.5))
+    far_future_now = time.time_ns() + 3 * 86_400 * 10**9  # the results are three days old for this clock
+    [(topic, letter, _ts)] = list(evaluation_outputs(payload, lambda reason, p, t: reason, far_future_now))
+    assert topic == DLQ.name and letter.startswith("evaluation time_ns:") and "in the past" in letter
