@@ -256,9 +256,17 @@ class Instrumentation:
         return build_record(s, trace_id, span_id, self.region, self.settings.model_version, self.settings.track,
                             self.engine)
 
-    def emit_late_evaluation(self, root: Root, attrs: dict, at_ns: int) -> None:
-        """An evaluation that arrives after the root span was exported rides on a small child span."""
+    def emit_late_evaluation(self, root: Root, attrs: dict, at_ns: int, model: str = "") -> None:
+        """An evaluation that arrives after the root span was exported rides on a small child span. For a trace
+        the sampler dropped it is exported alone, marked record-only, like the root's record: the quality job
+        weights by the judge's sample rate, which must not silently shrink by the trace sampler's."""
         path = self.spans.current()
+        # the request's series, so an evaluation record stands alone (no join needed to key it)
+        span_attrs = {A.GEN_AI_REQUEST_MODEL: model, A.MODEL_VERSION: self.settings.model_version,
+                      A.DEPLOYMENT_TRACK: self.settings.track}
+        events = [(GEN_AI_EVALUATION_RESULT, attrs, at_ns)]
+        if not root.sampled:
+            path.emit_record_child(root, "gen_ai.evaluation", at_ns, at_ns, span_attrs, events)
+            return
         span_context, _ctx = path.child_context(root)
-        path.emit_child(root, "gen_ai.evaluation", span_context, at_ns, at_ns, {},
-                        [(GEN_AI_EVALUATION_RESULT, attrs, at_ns)])
+        path.emit_child(root, "gen_ai.evaluation", span_context, at_ns, at_ns, span_attrs, events)

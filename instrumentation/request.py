@@ -409,8 +409,8 @@ class RequestContext:
         now = self._inst.wall_clock()
         if self._state != _FINISHED:
             self._events.append((GEN_AI_EVALUATION_RESULT, attrs, now))
-        elif self._root is not None and self._root.sampled:  # late judge: a small child span carries it
-            self._inst.emit_late_evaluation(self._root, attrs, now)
+        elif self._root is not None:  # late judge: a small child span carries it (record-only if sampled out)
+            self._inst.emit_late_evaluation(self._root, attrs, now, self.model)
 
     def finish(self, reason: str | None = "stop") -> None:
         """End the request: summarise it, then its Instrumentation records metrics, emits spans (sampled) and

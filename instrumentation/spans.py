@@ -245,6 +245,18 @@ class _FastPath:
         self._ender()(self._build(self._readable, name, record_sc, root.parent, self.resource, attributes, (),
                                   SpanKind.SERVER, status, start, end, self._scope))
 
+    def emit_record_child(self, root: Root, name: str, start: int, end: int, attributes: dict,
+                          events: Sequence) -> None:
+        """A child span of a sampled-out root, exported alone with the sampled flag and marked record-only (as
+        ``emit_record``): a late evaluation result, which the pipeline needs whatever the trace sampler kept."""
+        sc = root.span_context
+        span_id = self._span_id() or self._ids.generate_span_id()
+        child = _new_span_context((sc[0], span_id, False, _SAMPLED, sc[4],
+                                   sc[5] and (self._default_ids or 0 < span_id <= _SPAN_ID_MAX)))
+        self._ender()(self._build(
+            self._readable, name, child, sc, self.resource, {**attributes, RECORD_ONLY: True},
+            [self._event(n, a, t) for n, a, t in events], SpanKind.INTERNAL, _UNSET, start, end, self._scope))
+
     def emit_child(self, root: Root, name: str, span_context: SpanContext, start: int, end: int,
                    attributes: dict, events: Sequence) -> None:
         self._ender()(self._build(
@@ -268,6 +280,10 @@ class _PlainPath:
         return None, root.context
 
     def emit_record(self, root: Root, name: str, start: int, end: int, attributes: dict, error: str | None) -> None:
+        """Nothing: through the plain API an unsampled span cannot be exported (a non-SDK provider)."""
+
+    def emit_record_child(self, root: Root, name: str, start: int, end: int, attributes: dict,
+                          events: Sequence) -> None:
         """Nothing: through the plain API an unsampled span cannot be exported (a non-SDK provider)."""
 
     def emit_child(self, root: Root, name: str, span_context: SpanContext | None, start: int, end: int,

@@ -101,7 +101,15 @@ WINDOW_STATS = Topic(
     description="One value per series, signal and 10 s window: what the detect job reads (never OTLP).",
 )
 
+EVALUATIONS = Topic(
+    "infersight.evaluations", "JSON array of evaluation records (schemas.evaluation)", "none",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink normalize job",
+    description="The judge and guardrail results of one OTLP export per message, each keyed to its request by "
+                "trace and span id and carrying its sample rate; the message timestamp is the latest result's "
+                "time. Read with schemas.records.parse_batch.",
+)
+
 ALL_TOPICS: tuple[Topic, ...] = (
     OTLP_SPANS, OTLP_REQUESTS, OTLP_METRICS, REQUESTS, PODS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
-    WINDOW_STATS,
+    WINDOW_STATS, EVALUATIONS,
 )

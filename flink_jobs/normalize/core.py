@@ -9,6 +9,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from infersight.flink_jobs.common.deadletter import dead_letter as common_dead_letter
+from infersight.flink_jobs.normalize.evaluations import evaluation_outputs
 from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
 from infersight.flink_jobs.normalize.span_records import Rejected, TimeBounds, record_dicts_from_payload
 from infersight.schemas.records import dump_batch
@@ -67,6 +68,9 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
         for lo in range(0, len(batch), MAX_BATCH_RECORDS):
             chunk = batch[lo:lo + MAX_BATCH_RECORDS]
             yield REQUESTS.name, dump_batch(chunk), max(r["end_ns"] for r in chunk) // MS
+        yield from evaluation_outputs(  # judge and guardrail results (issue #17), on their own topic
+            payload, lambda reason, problems, trace_id: dead_letter(reason, problems, topic, partition, offset,
+                                                                    payload, trace_id), now_ns, bounds)
     except DecodeError as exc:
         what = "metrics" if topic == OTLP_METRICS.name else "trace"
         reason = f"payload: not an OTLP {what} request (protobuf decode failed: {exc})"

@@ -15,7 +15,7 @@ import argparse
 
 from infersight.flink_jobs.normalize.core import DEFAULT_BOUNDS, JOB
 from infersight.flink_jobs.normalize.span_records import TimeBounds
-from infersight.schemas.topics import DLQ, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
+from infersight.schemas.topics import DLQ, EVALUATIONS, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
 
 
 def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str]) -> None:
@@ -48,7 +48,7 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
                .name("normalize")
                # element timestamps = event time; the Kafka sinks write them as the records' timestamps
                .assign_timestamps_and_watermarks(WatermarkStrategy.no_watermarks().with_timestamp_assigner(F.EventTime())))
-    for topic in (REQUESTS, PODS, DLQ):
+    for topic in (REQUESTS, PODS, DLQ, EVALUATIONS):
         (records.flat_map(F.Select(topic.name), output_type=Types.STRING()).name(f"select-{topic.name}")
          .sink_to(kafka_sink(brokers, topic.name, group_id)).name(topic.name))
 
