@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import yaml
@@ -61,6 +62,8 @@ def outputs() -> dict[str, str]:
             "otlpSources": [OTLP_REQUESTS.name, OTLP_METRICS.name],
             # the jars every job ships (--jars), in the job image's /opt/flink/usrlib (deploy/docker/job.Dockerfile)
             "jars": [j.name for j in paths.flink_job_jars()],
+            # PythonDriver's jar in the official image of the Flink the apache-flink wheel carries
+            "pythonJar": f"local:///opt/flink/opt/flink-python-{version('apache-flink')}.jar",
         },
     }
     return {path: HEADER + yaml.safe_dump(doc, sort_keys=False) for path, doc in docs.items()}
