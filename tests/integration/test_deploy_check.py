@@ -174,3 +174,13 @@ def test_bad_values_are_refused_with_a_message_naming_the_value(tools, chart, ex
     with pytest.raises(check.CheckFailed, match=None) as err:
         check.render(tools["helm"], chart, values, extra)
     assert message in str(err.value), str(err.value)[-1500:]
+
+
+def test_the_flink_crd_checked_against_is_the_operator_jars_with_only_flink_version_widened(tools):
+    original = check.flink_crd_from_jar(check.ensure_jars())
+    widened = yaml.safe_load((tools["crds"] / "crds" / "FlinkDeployment.yaml").read_text())
+    for v in widened["spec"]["versions"]:
+        enum = v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["flinkVersion"]["enum"]
+        assert enum[-1] == check.FLINK_VERSION_ENUM_ADD and check.FLINK_VERSION_ENUM_ADD not in enum[:-1]
+        enum.pop()
+    assert widened == original
