@@ -1,7 +1,8 @@
 # The Flink jobs' image for the chart's FlinkDeployments (deploy/helm/infersight-global): the official Flink
 # image of the version the apache-flink wheel carries, Python 3.11 (uv's standalone build: the base image's
 # Ubuntu ships another Python), the locked wheels, the jobs' jars in /opt/flink/usrlib, and flink-python in
-# lib/ (thread-mode jobs after the first need it on the cluster's classpath, as in stack/docker/flink.Dockerfile).
+# lib/ (thread-mode jobs after the first need it on the cluster's classpath, as in stack/docker/flink.Dockerfile),
+# and the OpenTelemetry metric reporter plugin the native stack's Flink uses (stack/flink_config.py).
 # Build from the repository root: docker build -f deploy/docker/job.Dockerfile -t <registry>/flink-jobs:<tag> .
 # Versions here are checked against requirements.lock, bin/infersight and stack/pom.xml by tests/unit/test_deploy_images.py.
 FROM ghcr.io/astral-sh/uv:0.13.8 AS uv
@@ -33,5 +34,7 @@ RUN uv python install 3.11 \
  && cp /opt/infersight/cache/jars/flink/*.jar /opt/flink/usrlib/ \
  && rm -rf /opt/infersight/cache/m2 \
  && cp /opt/flink/opt/flink-python-*.jar /opt/flink/lib/ \
+ && mkdir -p /opt/flink/plugins/metrics-otel \
+ && cp /opt/flink/opt/flink-metrics-otel-*.jar /opt/flink/plugins/metrics-otel/ \
  && chown -R flink:flink /opt/flink/usrlib
 USER flink
