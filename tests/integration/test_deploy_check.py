@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from infersight.schemas.topics import ALL_TOPICS
-from infersight.stack import jobs, mirror, paths
+from infersight.stack import chart_files, flink_config, jobs, mirror, paths
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = ROOT / "deploy" / "helm" / "infersight-region"
@@ -59,6 +59,8 @@ def test_the_check_validates_every_object_of_every_ci_values_file_and_skips_none
     report = json.loads(check.REPORT.read_text())
     assert report["skipped"] == 0 and report["problems"] == []
     assert report["objects"] == report["schema_validated"] > 0
+    not_for_server = sum(report["kinds"][k] for k in check.PROMETHEUS_OPERATOR_KINDS)
+    assert report["server_dry_run_accepted"] == report["objects"] - not_for_server
     for kind in ("StatefulSet", "Service", "PodDisruptionBudget", "ConfigMap", "Deployment", "Kafka",
                  "KafkaNodePool", "KafkaTopic", "KafkaMirrorMaker2", "FlinkDeployment", "PrometheusRule",
                  "ServiceMonitor", "PodMonitor"):
@@ -135,6 +137,8 @@ def test_global_chart_matches_the_python_it_comes_from(tools, values):
                                                                       sources), "--jars", jars]
         assert spec["flinkConfiguration"]["execution.checkpointing.dir"].startswith(v["flink"]["checkpointStorage"])
         assert spec["jobManager"]["resource"] and spec["taskManager"]["resource"]
+        reporter = flink_config.metrics_reporter(chart_files.SINK_OTLP)  # Flink's metrics as natively
+        assert {k: spec["flinkConfiguration"][k] for k in reporter} == reporter
     sink = next(o for o in _of(objects, "ConfigMap") if o["metadata"]["name"] == "infersight-sink")
     assert sink["data"]["sink.yaml"] == (ROOT / "collectors" / "sink.yaml").read_text()
     rules = {o["metadata"]["name"]: o["spec"] for o in _of(objects, "PrometheusRule")}
@@ -184,3 +188,18 @@ def test_the_flink_crd_checked_against_is_the_operator_jars_with_only_flink_vers
         assert enum[-1] == check.FLINK_VERSION_ENUM_ADD and check.FLINK_VERSION_ENUM_ADD not in enum[:-1]
         enum.pop()
     assert widened == original
+
+
+def test_the_api_server_refuses_what_a_cluster_would(tools):
+    objects = _render(tools, GLOBAL, _cases(GLOBAL)[0])
+    mm2 = _of(objects, "KafkaMirrorMaker2")[0]
+    mm2["spec"]["mirrors"][0]["topicPattern"] = "x"
+    flink = _of(objects, "FlinkDeployment")[0]
+    flink["spec"]["job"]["upgradeMode"] = "lastState"
+    sts = _of(_render(tools, REGION, _cases(REGION)[0]), "StatefulSet")[0]
+    sts["spec"]["replicas"] = "2"
+    good = _of(objects, "Deployment")[0]
+    accepted, problems = check.server_dry_run(tools, [("bad", [mm2, flink, sts, good])])
+    assert accepted == 1, problems
+    text = "\n".join(problems)
+    assert "topicPattern" in text and "lastState" in text and "replicas" in text, text
