@@ -373,6 +373,18 @@ def running_jobs(layout) -> dict[str, str]:
     return {j["name"]: j["jid"] for j in jobs if j["state"] in ("RUNNING", "CREATED", "RESTARTING", "INITIALIZING")}
 
 
+def job_args(name: str, brokers: str, archive_root: str, source_topics: Sequence[str] = ()) -> list[str]:
+    """The arguments a job is submitted with (before ``--jars``): natively and in the Helm chart's
+    ``FlinkDeployment``s. ``source_topics``: the OTLP topics normalize reads where they are not the
+    regional names (the global cluster's mirrored ``<region>.infersight.otlp.*``)."""
+    args = ["--brokers", brokers]
+    if name == "infersight-archive":
+        args += ["--root", archive_root]
+    if name == "infersight-normalize" and source_topics:
+        args += ["--source-topics", ",".join(source_topics)]
+    return args
+
+
 def deploy(layout, archive_root: Path, log=print) -> dict[str, str]:
     """Submit every job that is not running; returns name -> job id of all of them."""
     running = running_jobs(layout)
@@ -380,10 +392,7 @@ def deploy(layout, archive_root: Path, log=print) -> dict[str, str]:
         if name in running:
             log(f"[jobs] {name} already running ({running[name]})")
             continue
-        args = ["--brokers", layout.kafka_bootstrap]
-        if name == "infersight-archive":
-            args += ["--root", str(archive_root)]
-        running[name] = submit(layout, module, args)
+        running[name] = submit(layout, module, job_args(name, layout.kafka_bootstrap, str(archive_root)))
         log(f"[jobs] {name} submitted ({running[name]})")
     return {name: running[name] for name in JOBS}
 

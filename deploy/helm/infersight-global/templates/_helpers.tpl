@@ -1,0 +1,16 @@
+{{- define "infersight-global.kafka" -}}infersight-global-kafka{{- end -}}
+{{- define "infersight-global.bootstrap" -}}{{ include "infersight-global.kafka" . }}-kafka-bootstrap:9092{{- end -}}
+{{- define "infersight-global.labels" -}}
+app.kubernetes.io/part-of: infersight
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+{{/* Refuse a region without a bootstrap address, naming it (values.schema.json checks names and duplicates). */}}
+{{- define "infersight-global.checkRegions" -}}
+{{- range .Values.regions }}
+{{- if not (hasKey $.Values.regionBootstrapServers .) }}
+{{- fail (printf "regionBootstrapServers has no entry for region %q" .) }}
+{{- end }}
+{{- end }}
+{{- end -}}
