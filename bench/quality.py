@@ -263,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     weights = [weighting_run(s) for s in weight_seeds]
     t_weights = time.time()
     cost = evaluator_cost(10 if args.quick else 30)
-    coverage = sum(r["covers"] for r in weights) / len(weights)
-    unweighted_coverage = sum(r["unweighted_covers"] for r in weights) / len(weights)
+    coverage = float(sum(r["covers"] for r in weights) / len(weights))
+    unweighted_coverage = float(sum(r["unweighted_covers"] for r in weights) / len(weights))
     res: dict[str, Any] = {
         "drop_detected_share": sum(d is not None and d <= DETECT_WITHIN_S for d in
                                    (r["seconds_to_detect"] for r in drops)) / len(drops),
@@ -281,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "clean": clean,
         # the 95 % interval covers the true mean as often as it claims: its coverage over the seeds is not below
         # 95 % by more than sampling explains (a one-sided 99 % binomial bound), while the unweighted one misses
-        "weighted_estimate_covers_truth": bool(coverage >= 0.95 - 2.33 * np.sqrt(0.95 * 0.05 / len(weights)))
-        and unweighted_coverage < 0.5,
+        "weighted_estimate_covers_truth": bool(coverage >= 0.95 - 2.33 * np.sqrt(0.95 * 0.05 / len(weights))
+                                               and unweighted_coverage < 0.5),
         "weighted_interval_coverage": coverage,
         "weighted_bias": statistics.fmean(r["weighted"] - r["truth"] for r in weights),
         "unweighted_bias": statistics.fmean(r["unweighted"] - r["truth"] for r in weights),
