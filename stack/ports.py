@@ -38,6 +38,7 @@ class PortPlan:
     # last, with a default: a plan saved before Alertmanager joined the stack loads with 0 (that stack runs
     # without it until it is started afresh)
     alertmanager: int = 0
+    verdicts: int = 0  # the canary verdict service (0: not started, as for alertmanager)
 
     @classmethod
     def default(cls, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
@@ -45,7 +46,7 @@ class PortPlan:
             GatewayPorts(4317 + 10 * i, 4318 + 10 * i, 13133 + 10 * i, 8888 + 10 * i) for i in range(regions)
         )
         # Alertmanager's customary 9093 is Kafka's controller here
-        return cls(host, 9092, 9093, 9090, 8081, 6123, 13183, 8938, gateways, alertmanager=9095)
+        return cls(host, 9092, 9093, 9090, 8081, 6123, 13183, 8938, gateways, alertmanager=9095, verdicts=8089)
 
     @classmethod
     def from_base(cls, base: int, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
@@ -57,14 +58,14 @@ class PortPlan:
             for i in range(regions)
         )
         return cls(host, base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, gateways,
-                   alertmanager=base + 7)
+                   alertmanager=base + 7, verdicts=base + 8)
 
     @classmethod
     def free(cls, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
         """Ports the kernel reports unused right now (tests run stacks side by side)."""
         socks = []
         try:
-            for _ in range(8 + 4 * regions):
+            for _ in range(9 + 4 * regions):
                 s = socket.socket()
                 s.bind((host, 0))
                 socks.append(s)
@@ -75,7 +76,7 @@ class PortPlan:
         gateways = tuple(GatewayPorts(*ports[7 + 4 * i: 11 + 4 * i]) for i in range(regions))
         kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry = ports[:7]
         return cls(host, kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry,
-                   gateways, alertmanager=ports[7 + 4 * regions])
+                   gateways, alertmanager=ports[7 + 4 * regions], verdicts=ports[8 + 4 * regions])
 
     def named(self) -> Iterator[tuple[str, int]]:
         """Every port with the name of what listens there."""
