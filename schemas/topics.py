@@ -23,11 +23,13 @@ class Topic:
     retention_ms: int
     producer: str
     description: str
+    # "compact" keeps the newest record per key (a state topic read from its start, like the verdicts)
+    cleanup_policy: str = "delete"
 
     def config(self) -> dict[str, str]:
         return {
             "retention.ms": str(self.retention_ms),
-            "cleanup.policy": "delete",
+            "cleanup.policy": self.cleanup_policy,
             "compression.type": "producer",
         }
 
@@ -89,9 +91,12 @@ QUALITY = Topic(
     description="Quality scores and drift events against a baseline.",
 )
 ROLLOUT_VERDICTS = Topic(
-    "infersight.rollout.verdicts", "canary verdict (JSON)", "model",
+    "infersight.rollout.verdicts", "canary verdict event (JSON, schemas.canary)",
+    "rollout: model/canary_version/region (schemas.canary.rollout_id)",
     partitions=1, retention_ms=7 * DAY_MS, producer="flink canary job",
-    description="Canary-vs-stable verdicts per model rollout.",
+    description="Canary-vs-stable verdicts, the latest per rollout kept (compacted): the verdict service "
+                "rebuilds its state from it.",
+    cleanup_policy="compact",
 )
 
 WINDOW_STATS = Topic(

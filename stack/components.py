@@ -115,6 +115,7 @@ class StackLayout:
             self.kafka(),
             self.prometheus(),
             *([self.alertmanager()] if self.ports.alertmanager else []),
+            *([self.verdict_service()] if self.ports.verdicts else []),
             *(self.gateway(i, r) for i, r in enumerate(self.regions)),
             self.sink(),
             self.flink_jobmanager(),
@@ -284,6 +285,26 @@ class StackLayout:
             ports={"http": self.ports.alertmanager},
             healthy=lambda: http_ok(f"{self.alertmanager_url}/-/ready"),
             prepare=prepare,
+        )
+
+    @property
+    def verdicts_url(self) -> str:
+        return f"http://{self.host}:{self.ports.verdicts}"
+
+    def verdict_service(self) -> Component:
+        """The canary verdict service (stack/verdict_service.py) on loopback; INFERSIGHT_VERDICT_WEBHOOK, if set,
+        is POSTed on each rollout's first fail. Plaintext Kafka only (the stack's TLS/SASL is not passed on)."""
+        import sys
+
+        webhook = os.environ.get("INFERSIGHT_VERDICT_WEBHOOK", "")
+        return Component(
+            name="verdicts",
+            argv=[sys.executable, "-m", "infersight.stack.verdict_service", "--brokers", self.kafka_bootstrap,
+                  "--host", self.host, "--port", str(self.ports.verdicts),
+                  *(["--webhook-url", webhook] if webhook else [])],
+            log=self.logs / "verdicts.log",
+            ports={"http": self.ports.verdicts},
+            healthy=lambda: http_ok(f"{self.verdicts_url}/healthz"),
         )
 
     def _collector(self, name: str, config: str, health: int, telemetry: int, ports: dict[str, int],

@@ -33,6 +33,7 @@ JOBS = {
     "infersight-metrics": "infersight.flink_jobs.metrics.job",
     "infersight-archive": "infersight.flink_jobs.archive.job",
     "infersight-detect": "infersight.flink_jobs.detect.job",
+    "infersight-canary": "infersight.flink_jobs.canary.job",
 }
 # what the stack submitted and keeps running (see the module's docstring); job states that end a job
 RECORDS = "jobs.json"

@@ -42,6 +42,7 @@ class PortPlan:
     # before it existed: that stack's Flink reports nothing until it is started afresh
     sink_otlp: int = 0
     kafka_metrics: int = 0  # the broker's JMX exporter (Prometheus scrapes it); 0 in older plans: none
+    verdicts: int = 0  # the canary verdict service (0: not started, as for alertmanager)
 
     @classmethod
     def default(cls, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
@@ -50,11 +51,11 @@ class PortPlan:
         )
         # Alertmanager's customary 9093 is Kafka's controller here
         return cls(host, 9092, 9093, 9090, 8081, 6123, 13183, 8938, gateways, alertmanager=9095, sink_otlp=4397,
-                   kafka_metrics=9404)
+                   kafka_metrics=9404, verdicts=8089)
 
     @classmethod
     def from_base(cls, base: int, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
-        if not 1024 <= base <= 65535 - 20 - 4 * regions:
+        if not 1024 <= base <= 65535 - 11 - 4 * regions:
             raise StackError(f"base port {base} leaves no room for the stack's ports",
                              "pick a --base-port between 1024 and 65000")
         gateways = tuple(
@@ -62,14 +63,15 @@ class PortPlan:
             for i in range(regions)
         )
         return cls(host, base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, gateways,
-                   alertmanager=base + 7, sink_otlp=base + 8, kafka_metrics=base + 9)
+                   alertmanager=base + 7, sink_otlp=base + 8, kafka_metrics=base + 9,
+                   verdicts=base + 10 + 4 * regions)
 
     @classmethod
     def free(cls, regions: int = 3, host: str = "127.0.0.1") -> PortPlan:
         """Ports the kernel reports unused right now (tests run stacks side by side)."""
         socks = []
         try:
-            for _ in range(10 + 4 * regions):
+            for _ in range(11 + 4 * regions):
                 s = socket.socket()
                 s.bind((host, 0))
                 socks.append(s)
@@ -81,7 +83,7 @@ class PortPlan:
         kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry = ports[:7]
         return cls(host, kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry,
                    gateways, alertmanager=ports[7 + 4 * regions], sink_otlp=ports[8 + 4 * regions],
-                   kafka_metrics=ports[9 + 4 * regions])
+                   kafka_metrics=ports[9 + 4 * regions], verdicts=ports[10 + 4 * regions])
 
     def named(self) -> Iterator[tuple[str, int]]:
         """Every port with the name of what listens there."""

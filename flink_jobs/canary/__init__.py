@@ -1,0 +1,1 @@
+"""The canary job: judge a model version's canary track against its stable track during a bake."""

@@ -1,0 +1,78 @@
+"""The canary job on the real stack (Kafka, Flink with the Kafka connector, the sink, Prometheus): the
+simulator's canary regression, as request records on Kafka, turns the verdict on the compacted
+``infersight.rollout.verdicts`` topic to ``fail`` (keyed by rollout), the verdict gauge reaches Prometheus, and a
+poison message goes to the dead-letter topic while the job keeps judging."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from infersight.flink_jobs.canary.stream import JOB
+from infersight.schemas import canary as C
+from infersight.schemas.records import dump_batch
+from infersight.schemas.topics import DLQ, ROLLOUT_VERDICTS
+from infersight.stack import jobs as flink
+from tests.integration.pipeline_util import prom_value, read_all, wait_until
+from tests.support.canary_traffic import NS, batch_end_ns, canary_records
+
+pytestmark = pytest.mark.integration
+
+
+def verdicts(bootstrap: str, model: str) -> list[tuple[str, dict]]:
+    out = []
+    for m in read_all(bootstrap, ROLLOUT_VERDICTS.name):
+        event = json.loads(m.value())
+        if event["model"] == model:
+            out.append((m.key().decode(), event))
+    return out
+
+
+def test_a_canary_regression_fails_on_the_verdicts_topic_and_in_prometheus(stack):
+    lay = stack.layout
+    bootstrap = lay.kafka_bootstrap
+    tag = uuid.uuid4().hex[:6]
+    model = f"llama-{tag}"
+    topic = f"test-requests-{tag}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a collected client cancels its futures
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+    start_ns = time.time_ns() - 150 * NS  # 120 s of traffic ending half a minute ago
+    batches = canary_records(model, start_ns, 120)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    producer.produce(topic, b"{not json", timestamp=start_ns // 1_000_000)
+    for batch in batches:
+        producer.produce(topic, dump_batch(batch).encode(), timestamp=batch_end_ns(batch) // 1_000_000)
+    assert producer.flush(60) == 0
+
+    job = flink.submit(lay, "infersight.flink_jobs.canary.job",
+                       ["--brokers", bootstrap, "--group-id", f"test-canary-{tag}", "--input-topic", topic,
+                        "--bake-s", "240", "--interval-s", "15", "--quiet-s", "20", "--idle-s", "5",
+                        "--checkpoint-s", "2"], timeout_s=420)  # the client builds a table env too: slow when busy
+    try:
+        got = wait_until(lambda: (lambda v: v if any(e["verdict"] == "fail" for _, e in v) else None)(
+            verdicts(bootstrap, model)), 240, "a fail verdict of the canary",
+            last_of=lambda: [e["verdict"] for _, e in verdicts(bootstrap, model)][-3:])
+        failed = [(k, e) for k, e in got if e["verdict"] == "fail"]
+        key, event = failed[0]
+        region = batches[0][0]["region"]
+        assert key == C.rollout_id(model, event["canary_version"], event["region"]) == event["rollout"]
+        assert event["final"] and event["region"] in (region, C.ALL_REGIONS_LABEL)
+        assert any(m["metric"] in ("ttft_s", "e2e_s", "error_ratio") and m["status"] == "fail"
+                   for m in event["metrics"])
+        assert event["elapsed_s"] <= 120  # early: within the traffic, before the 240 s bake's end
+        query = f'max_over_time({C.PROM_VERDICT}{{model="{model}"}}[30m])'
+        wait_until(lambda: prom_value(lay.prometheus_url, query) == C.VERDICT_CODE["fail"], 90,
+                   "the fail verdict's gauge in Prometheus")
+        letters = [json.loads(m.value()) for m in read_all(bootstrap, DLQ.name)]
+        assert any(d["job"] == JOB and d["reason"] == "not_json" for d in letters)
+        config = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, ROLLOUT_VERDICTS.name)])
+        (described,) = config.values()
+        assert described.result()["cleanup.policy"].value == "compact"  # one verdict per rollout kept
+    finally:
+        flink.stop(lay, job)
