@@ -4,8 +4,8 @@ reaches the webhook through Alertmanager within the alert's documented delay and
 panel of every generated dashboard returns data (the incident panels once the detect job has seen the slowdown).
 
 About eight minutes: the detect job scores a series only after 30 windows (5 minutes) of history. Named to run
-after the other integration modules: each later module's jobs start from the topics' beginning (new consumer
-groups) and would replay this module's 150,000 requests, delaying their own time-bounded checks.
+after the other integration modules, the longest and heaviest last (each module's jobs skip what earlier ones
+left in the topics: ``Jobs.since``).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def test_a_regional_slowdown_pages_and_every_panel_has_data(stack, alerting_for_
     jobs = Jobs(stack)
     jobs.args["infersight.flink_jobs.metrics.job"] += ["--window-stats-topic", stats_topic]
     jobs.args["infersight.flink_jobs.detect.job"] = ["--group-id", f"test-dash-detect-{tag}", "--input-topic",
-                                                      stats_topic]
+                                                      stats_topic, *jobs.since()]
     jobs.start()
     wait_until(jobs.running, 180, "the jobs to run")
     spec = dataclasses.replace(fleet(TAG, 300.0), perturbations=(
