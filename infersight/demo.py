@@ -5,9 +5,13 @@ simulator and the stack."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import os
 import signal
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from infersight import install
 from infersight.simulator.fleet import FleetSpec, Perturbation
@@ -79,13 +83,55 @@ def simulate(args: argparse.Namespace, stack) -> int:
     return 0 if delivered else 1
 
 
+class WebhookInbox:
+    """A loopback HTTP endpoint the demo gives the verdict service as its webhook: what a user's rollback hook
+    would receive, shown in the demo's status line."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        inbox = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format, *args) -> None:  # noqa: A002 (the stdlib's name)
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    inbox.received.append(json.loads(body))
+                except ValueError:
+                    inbox.received.append({"unreadable": body[:200].decode(errors="replace")})
+                self.send_response(204)
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/rollback"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def summary(self) -> str:
+        rollouts = [str(m.get("rollout")) for m in self.received]
+        return f"webhook: canary fail received for {', '.join(rollouts)}" if rollouts else ""
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def demo(args: argparse.Namespace, stack, deploy, console=None) -> int:
     """Stack (if not running), jobs (those not running), simulator, live view; Ctrl-C stops what it started."""
     from infersight.simulator import view
     from infersight.simulator.run import Simulator
+    from infersight.stack.components import MLFLOW_TRACKING_ENV, VERDICT_WEBHOOK_ENV
 
     started_stack = not stack.running_components()
-    if started_stack:
+    inbox = None
+    if started_stack:  # the verdict service's options come from the environment at `up`; the user's own win
+        if not os.environ.get(VERDICT_WEBHOOK_ENV):
+            inbox = WebhookInbox()
+            os.environ[VERDICT_WEBHOOK_ENV] = inbox.url
+        if not os.environ.get(MLFLOW_TRACKING_ENV) and importlib.util.find_spec("mlflow") is not None:
+            os.environ[MLFLOW_TRACKING_ENV] = f"sqlite:///{stack.state_dir / 'mlflow.db'}"
+            print(f"[demo] final canary verdicts go to MLflow: {os.environ[MLFLOW_TRACKING_ENV]}", flush=True)
         print(f"[demo] starting the stack in {stack.state_dir} ...", flush=True)
         stack.up()
     print("[demo] submitting the Flink jobs ...", flush=True)
@@ -111,7 +157,8 @@ def demo(args: argparse.Namespace, stack, deploy, console=None) -> int:
         if pod is not None:
             line += f"\nvLLM pod: {pod.served} requests served ({pod.failed} failed)"
         active = [f"{x.kind} {x.region or x.model}" for x in spec.perturbations if x.active(p.elapsed_s)]
-        return line + (f"\nfaults now: {', '.join(active)}" if active else "")
+        line += f"\nfaults now: {', '.join(active)}" if active else ""
+        return line + (f"\n{inbox.summary()}" if inbox is not None and inbox.received else "")
 
     deadline = None if args.duration is None else started + args.duration
     try:
@@ -123,6 +170,8 @@ def demo(args: argparse.Namespace, stack, deploy, console=None) -> int:
     if pod is not None:
         pod.stop()
     sim.stop(flush_s=30)
+    if inbox is not None:
+        inbox.close()
     if started_stack and not args.keep:
         from infersight.stack.jobs import stop_all
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from infersight.schemas import canary as C
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 from infersight.simulator.prom import query
@@ -58,6 +59,10 @@ REGION_QUERIES = {
 # incidents the detect job has open now, by scope and kind (its gauge comes once per window)
 INCIDENTS = (f"sum by ({P.LABEL_SCOPE_KIND}, {P.LABEL_KIND}) "
              f"(last_over_time({P.prom(P.OPEN_INCIDENTS)}[1m])) > 0")
+# the canary job's current verdict per rollout (its gauge comes once per look) and whether it is final
+_ROLLOUT_BY = f"{P.LABEL_MODEL}, {C.LABEL_CANARY_VERSION}, {P.LABEL_REGION}"
+VERDICTS = f"max by ({_ROLLOUT_BY}) (last_over_time({C.PROM_VERDICT}[2m]))"
+FINALS = f"max by ({_ROLLOUT_BY}) (last_over_time({C.PROM_FINAL}[2m]))"
 
 
 @dataclass
@@ -65,6 +70,8 @@ class Snapshot:
     rows: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     regions: dict[str, dict[str, float]] = field(default_factory=dict)
     incidents: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope kind, kind) -> open now
+    # (model, canary version, region) -> (verdict, final)
+    verdicts: dict[tuple[str, str, str], tuple[str, bool]] = field(default_factory=dict)
     error: str = ""
 
     @property
@@ -86,9 +93,33 @@ def snapshot(prom_url: str) -> Snapshot:
             labels = series["metric"]
             snap.incidents[(labels.get(P.LABEL_SCOPE_KIND, "?"), labels.get(P.LABEL_KIND, "?"))] = \
                 int(float(series["value"][1]))
+        finals = {_rollout(s["metric"]): float(s["value"][1]) >= 1 for s in query(prom_url, FINALS)}
+        for series in query(prom_url, VERDICTS):
+            code = int(float(series["value"][1]))
+            verdict = C.VERDICTS[code] if 0 <= code < len(C.VERDICTS) else "?"
+            snap.verdicts[_rollout(series["metric"])] = (verdict, finals.get(_rollout(series["metric"]), False))
     except Exception as exc:  # noqa: BLE001 - the view keeps going while Prometheus restarts
         snap.error = f"{type(exc).__name__}: {exc}"
     return snap
+
+
+def _rollout(labels: dict[str, str]) -> tuple[str, str, str]:
+    return (labels.get(P.LABEL_MODEL, "?"), labels.get(C.LABEL_CANARY_VERSION, "?"),
+            labels.get(P.LABEL_REGION, C.ALL_REGIONS_LABEL))
+
+
+def verdict_line(verdicts: dict[tuple[str, str, str], tuple[str, bool]]) -> str:
+    """One entry per rollout: its overall verdict, and the regions whose own verdict is ``fail``."""
+    entries = []
+    for model, version in sorted({(m, v) for m, v, _ in verdicts}):
+        overall, final = verdicts.get((model, version, C.ALL_REGIONS_LABEL), ("-", False))
+        failing = sorted(r for (m, v, r), (verdict, _) in verdicts.items()
+                         if (m, v) == (model, version) and r != C.ALL_REGIONS_LABEL and verdict == "fail")
+        text = f"{model} {version}: {overall}{' (final)' if final else ''}"
+        if failing:
+            text += f", fail in {', '.join(failing)}"
+        entries.append(f"[bold red]{text}[/bold red]" if overall == "fail" or failing else text)
+    return "canary verdicts: " + "; ".join(entries) if entries else ""
 
 
 def _fmt(value: float | None, unit: str = "", scale: float = 1.0, digits: int = 0) -> str:
@@ -116,9 +147,12 @@ def table(snap: Snapshot, prom_url: str, status: str = "") -> Table:
                   _fmt(g.get("usd_per_1m"), "", 1, 2), _fmt(g.get("freshness_s"), " s"),
                   end_section=False)
         last_region = region
+    lines = [verdict_line(snap.verdicts)]
     if snap.incidents:
         opened = ", ".join(f"{kind} ({scope}) x{n}" for (scope, kind), n in sorted(snap.incidents.items()))
-        t.caption = f"[bold red]open incidents: {opened}[/bold red]" + (f"\n{status}" if status else "")
+        lines.insert(0, f"[bold red]open incidents: {opened}[/bold red]")
+    if any(lines):
+        t.caption = "\n".join([line for line in lines if line] + ([status] if status else []))
     if snap.error:
         t.caption = f"[red]{snap.error}[/red]" + (f"\n{status}" if status else "")
     return t

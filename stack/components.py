@@ -23,6 +23,8 @@ from infersight.stack.security import TransportSecurity, write_private
 REGIONS: tuple[str, ...] = ("us-east-1", "eu-west-1", "ap-southeast-1")
 # Your SLO file (dashboards/slo.yaml's format): the stack's Prometheus evaluates rules generated from it
 SLO_FILE_ENV = "INFERSIGHT_SLO_FILE"
+VERDICT_WEBHOOK_ENV = "INFERSIGHT_VERDICT_WEBHOOK"  # a URL the verdict service POSTs each rollout's first fail to
+MLFLOW_TRACKING_ENV = "INFERSIGHT_MLFLOW_TRACKING_URI"  # an MLflow tracking store for the final verdicts
 KAFKA_SCRAPE_JOB = "kafka"  # Prometheus' job for the broker's JMX exporter (dashboards.common.KAFKA_JOB)
 GATEWAY_MEMORY_LIMIT_MIB = 256
 SINK_MEMORY_LIMIT_MIB = 256
@@ -293,15 +295,18 @@ class StackLayout:
 
     def verdict_service(self) -> Component:
         """The canary verdict service (stack/verdict_service.py) on loopback; INFERSIGHT_VERDICT_WEBHOOK, if set,
-        is POSTed on each rollout's first fail. Plaintext Kafka only (the stack's TLS/SASL is not passed on)."""
+        is POSTed on each rollout's first fail; INFERSIGHT_MLFLOW_TRACKING_URI, if set, receives each final verdict
+        as an MLflow run. Plaintext Kafka only (the stack's TLS/SASL is not passed on)."""
         import sys
 
-        webhook = os.environ.get("INFERSIGHT_VERDICT_WEBHOOK", "")
+        webhook = os.environ.get(VERDICT_WEBHOOK_ENV, "")
+        mlflow_uri = os.environ.get(MLFLOW_TRACKING_ENV, "")
         return Component(
             name="verdicts",
             argv=[sys.executable, "-m", "infersight.stack.verdict_service", "--brokers", self.kafka_bootstrap,
                   "--host", self.host, "--port", str(self.ports.verdicts),
-                  *(["--webhook-url", webhook] if webhook else [])],
+                  *(["--webhook-url", webhook] if webhook else []),
+                  *(["--mlflow-tracking-uri", mlflow_uri] if mlflow_uri else [])],
             log=self.logs / "verdicts.log",
             ports={"http": self.ports.verdicts},
             healthy=lambda: http_ok(f"{self.verdicts_url}/healthz"),

@@ -1,5 +1,6 @@
 """The verdict service: the canary verdicts of ``infersight.rollout.verdicts`` over HTTP, for Argo Rollouts' Web
-metric provider, Flagger's webhooks and people; and a webhook that POSTs a user's URL on each ``fail``.
+metric provider, Flagger's webhooks and people; a webhook that POSTs a user's URL on each ``fail``; and, with
+the ``mlflow`` extra, each final verdict as a run in an MLflow tracking store (``stack/verdict_mlflow.py``).
 
 State is the compacted topic: on start the service reads it from the beginning (one key per rollout, the
 latest verdict wins) and is ready once it has caught up; then it follows it. Stdlib HTTP (one small JSON API:
@@ -12,7 +13,8 @@ no framework needed), loopback by default.
                                                    the latest verdict event (region: ``all`` by default),
                                                    404 with {"error": ...} when there is none
 
-Run: ``python -m infersight.stack.verdict_service --brokers HOST:PORT [--port 8089] [--webhook-url URL]``."""
+Run: ``python -m infersight.stack.verdict_service --brokers HOST:PORT [--port 8089] [--webhook-url URL]
+[--mlflow-tracking-uri URI]``."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from infersight.schemas import canary as C
 from infersight.schemas.topics import ROLLOUT_VERDICTS
+from infersight.stack.verdict_mlflow import EXPERIMENT, background_logger
 
 DEFAULT_PORT = 8089
 WEBHOOK_TRIES = 3
@@ -36,16 +39,18 @@ WEBHOOK_TRIES = 3
 class Verdicts:
     """The latest verdict per rollout, and which fails were announced (a fail is announced once per rollout)."""
 
-    def __init__(self, on_fail: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, on_fail: Callable[[dict[str, Any]], None] | None = None,
+                 on_final: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.lock = threading.Lock()
         self.latest: dict[str, dict[str, Any]] = {}
         self.announced: set[str] = set()
-        self.on_fail = on_fail
+        self.on_fail, self.on_final = on_fail, on_final
         self.ready = False
 
     def apply(self, key: str, event: dict[str, Any], replay: bool = False) -> None:
         """One event of the topic. During the start-up replay no webhook fires (those fails were announced
-        by the instance that saw them live)."""
+        by the instance that saw them live); final verdicts go to ``on_final`` always (its MLflow logging is
+        idempotent: a replay logs only what an earlier instance missed)."""
         with self.lock:
             self.latest[key] = event
             fresh_fail = event.get("verdict") == "fail" and key not in self.announced
@@ -53,6 +58,8 @@ class Verdicts:
                 self.announced.add(key)
         if fresh_fail and not replay and self.on_fail is not None:
             self.on_fail(event)
+        if event.get("final") and self.on_final is not None:
+            self.on_final(event)
 
     def get(self, model: str, version: str, region: str) -> dict[str, Any] | None:
         with self.lock:
@@ -153,10 +160,12 @@ def follow(brokers: str, topic: str, verdicts: Verdicts, stop: threading.Event,
 
 
 def serve(brokers: str, host: str, port: int, webhook_url: str | None = None, topic: str = ROLLOUT_VERDICTS.name,
-          consumer_config: dict[str, str] | None = None) -> tuple[ThreadingHTTPServer, threading.Event, Verdicts]:
+          consumer_config: dict[str, str] | None = None, mlflow_tracking_uri: str | None = None,
+          mlflow_experiment: str | None = None) -> tuple[ThreadingHTTPServer, threading.Event, Verdicts]:
     """Start following the topic and serving (both on daemon threads); stop with ``stop.set()`` and
     ``server.shutdown()``."""
-    verdicts = Verdicts(post_webhook(webhook_url) if webhook_url else None)
+    on_final = background_logger(mlflow_tracking_uri, mlflow_experiment or EXPERIMENT) if mlflow_tracking_uri else None
+    verdicts = Verdicts(post_webhook(webhook_url) if webhook_url else None, on_final)
     stop = threading.Event()
     threading.Thread(target=follow, args=(brokers, topic, verdicts, stop, consumer_config), daemon=True).start()
     server = ThreadingHTTPServer((host, port), handler_for(verdicts))
@@ -172,8 +181,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--topic", default=ROLLOUT_VERDICTS.name)
     parser.add_argument("--webhook-url", help="POST each rollout's first fail verdict here (JSON)")
+    parser.add_argument("--mlflow-tracking-uri", help="log each final verdict as a run in this MLflow tracking store "
+                                                      "(e.g. sqlite:///verdicts.db; needs the mlflow extra)")
+    parser.add_argument("--mlflow-experiment", default=EXPERIMENT, help="the runs' MLflow experiment")
     args = parser.parse_args(argv)
-    server, stop, _ = serve(args.brokers, args.host, args.port, args.webhook_url, args.topic)
+    server, stop, _ = serve(args.brokers, args.host, args.port, args.webhook_url, args.topic,
+                            mlflow_tracking_uri=args.mlflow_tracking_uri, mlflow_experiment=args.mlflow_experiment)
     print(f"verdict service on http://{args.host}:{server.server_address[1]}", flush=True)
     try:
         threading.Event().wait()

@@ -1,4 +1,5 @@
-"""The live view's table: rows per region and model, and the detect job's open incidents in its caption."""
+"""The live view's table: rows per region and model, and the detect job's open incidents and the canary job's
+verdicts in its caption."""
 
 from __future__ import annotations
 
@@ -20,3 +21,15 @@ def test_open_incidents_show_under_the_table_and_none_means_no_line():
     text = render(snap)
     assert "open incidents: bad_rollout (global) x2, outage (region) x1" in text
     assert "us-east-1" in text
+
+
+def test_canary_verdicts_show_per_rollout_with_the_regions_that_fail():
+    snap = view.Snapshot(rows={("us-east-1", "m"): {"rps": 10.0}})
+    assert "canary verdicts" not in render(snap)
+    snap.verdicts = {("m", "v2", "all"): ("fail", False), ("m", "v2", "eu-west-1"): ("fail", True),
+                     ("m", "v2", "us-east-1"): ("pass", False), ("n", "v7", "all"): ("pass", True)}
+    text = render(snap)
+    assert "canary verdicts: m v2: fail, fail in eu-west-1; n v7: pass (final)" in text
+    snap.incidents = {("region", "outage"): 1}
+    text = render(snap)
+    assert text.index("open incidents") < text.index("canary verdicts")

@@ -92,3 +92,18 @@ def test_an_unreachable_webhook_is_logged_not_raised():
     send = post_webhook("http://127.0.0.1:9/nothing", timeout_s=0.5, log=logged.append)
     send(event("m", "v2", "all", "fail"))
     assert any("gave up" in line for line in logged)
+
+
+def test_the_demo_inbox_receives_what_the_webhook_posts():
+    from infersight.demo import WebhookInbox
+
+    inbox = WebhookInbox()
+    try:
+        assert inbox.summary() == ""
+        fail = event("m", "v2", "all", "fail")
+        Verdicts(post_webhook(inbox.url, log=lambda _: None)).apply(fail["rollout"], fail)
+        assert [m["rollout"] for m in inbox.received] == ["m/v2/all"]
+        assert inbox.received[0]["type"] == "canary_fail" and inbox.received[0]["event"] == fail
+        assert inbox.summary() == "webhook: canary fail received for m/v2/all"
+    finally:
+        inbox.close()
