@@ -13,12 +13,22 @@ Beta score of mean 0.80 and s.d. 0.15 (canary mean 0.76 in ``quality_0.04``), we
 
 Power: the share of bakes whose verdict is ``fail`` by the bake's end; seconds to verdict: the look at which
 it became ``fail``. The naive rule is checked at the same looks on every request since the bake's start.
+
+Two scenarios where blame must be placed right:
+
+- ``one_region``: two regions at 1,000 requests/s each, the canary x1.2 slower in the second only; a bake per
+  region and one over both (what the job runs). The regressed region's verdict should be ``fail``, the
+  healthy region's not.
+- ``shared_slowdown``: an identical canary, and both tracks of the region x1.5 slower from minute 2 to 6 of
+  the bake (a shared cause: a noisy neighbour, a network incident). Comparing within the same region and time,
+  the canary must not be blamed: its false-fail rate, beside the naive rule's.
 Timings do not matter here (simulated time); the figures are statistical, with the bakes' count beside them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from collections import Counter
@@ -55,6 +65,8 @@ REGRESSIONS: dict[str, tuple[tuple[Perturbation, ...], float]] = {
     "quality_0.04": ((), 0.04),
 }
 CRITICAL = ("ttft_20pct", "errors_2pp")  # the "clearly worse" ones that must fail within EARLY_S
+SHARED_SLOWDOWN = (Perturbation("slow", 120.0, 240.0, 1.5),)  # both tracks, mid-bake
+REGIONAL_MAGNITUDE = 1.2  # one_region: the canary's slowdown in the regressed region
 
 
 # pods are sized to this utilisation: 27 stable and 3 canary pods at 33.3 requests/s each, so an identical canary
@@ -63,15 +75,18 @@ CRITICAL = ("ttft_20pct", "errors_2pp")  # the "clearly worse" ones that must fa
 UTILISATION = 0.5556
 
 
-def fleet_spec(perturbations: tuple[Perturbation, ...]) -> FleetSpec:
-    spec = FleetSpec(rate_rps=RATE_RPS, regions=DEFAULT_REGIONS[:1], models=DEFAULT_MODELS[:1],
+def fleet_spec(perturbations: tuple[Perturbation, ...], regions: int = 1) -> FleetSpec:
+    """One model at RATE_RPS per region (regions weighted equally)."""
+    chosen = tuple(dataclasses.replace(r, weight=1.0) for r in DEFAULT_REGIONS[:regions])
+    spec = FleetSpec(rate_rps=RATE_RPS * regions, regions=chosen, models=DEFAULT_MODELS[:1],
                      canary_share=CANARY_SHARE, diurnal_amplitude=0.0, target_utilisation=UTILISATION,
                      perturbations=perturbations)
-    model, region = spec.models[0], spec.regions[0]
-    per_pod = [RATE_RPS * share / spec.pods(model, region, track)
-               for track, share in (("stable", 1 - CANARY_SHARE), ("canary", CANARY_SHARE))]
-    if abs(per_pod[0] - per_pod[1]) > 1e-6:
-        raise ValueError(f"stable and canary pods would carry different loads: {per_pod} requests/s")
+    model = spec.models[0]
+    for region in spec.regions:
+        per_pod = [RATE_RPS * share / spec.pods(model, region, track)
+                   for track, share in (("stable", 1 - CANARY_SHARE), ("canary", CANARY_SHARE))]
+        if abs(per_pod[0] - per_pod[1]) > 1e-6:
+            raise ValueError(f"stable and canary pods would carry different loads: {per_pod} requests/s")
     return spec
 
 
@@ -81,12 +96,14 @@ def quality_scores(rng: np.random.Generator, n: int, mean: float) -> np.ndarray:
     return rng.beta(mean * total, (1 - mean) * total, n)
 
 
-def tick_values(tick: Tick, canary_pod: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
-    """Per side, each metric's values of one tick (what ``metrics.DEFAULT_METRICS`` extracts from records)."""
+def tick_values(tick: Tick, canary_pod: np.ndarray, keep: np.ndarray | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Per side, each metric's values of one tick (what ``metrics.DEFAULT_METRICS`` extracts from records);
+    ``keep``: only these requests (one region's)."""
     out: dict[str, dict[str, np.ndarray]] = {}
     is_canary = canary_pod[tick.pod]
     tokens, errored = tick.tokens_out, tick.error >= 0
-    for side, mask in (("canary", is_canary), ("stable", ~is_canary)):
+    everything = np.ones(len(tokens), dtype=bool) if keep is None else keep
+    for side, mask in (("canary", is_canary & everything), ("stable", ~is_canary & everything)):
         has_token = mask & (tokens > 0)
         many = mask & (tokens > 1)
         out[side] = {
@@ -141,11 +158,62 @@ def run_bake(seed: int, perturbations: tuple[Perturbation, ...], quality_drop: f
             "ttft_p99_ratio": float(np.percentile(all_ttft["canary"], 99) / np.percentile(all_ttft["stable"], 99))}
 
 
-def _run(job: tuple[int, tuple[Perturbation, ...], float]) -> dict[str, Any]:
-    return run_bake(*job)
+def run_regional_bake(seed: int) -> dict[str, Any]:
+    """``one_region``: a bake per region and one over both, the canary slower in the second region only."""
+    names = [r.name for r in DEFAULT_REGIONS[:2]]
+    regressed = names[1]
+    fleet = Fleet(fleet_spec((Perturbation("slow", 0.0, FOREVER_S, REGIONAL_MAGNITUDE, region=regressed,
+                                           track="canary"),), regions=2), seed=seed)
+    canary_pod = np.array([p.track == "canary" for p in fleet.pods])
+    region_of = np.array([p.region.name for p in fleet.pods])
+    model = fleet.spec.models[0]
+    config = BakeConfig(bake_s=BAKE_S, interval_s=TICK_S)
+    bakes = {r: Bake(model.name, r, 0, config) for r in (*names, "")}  # "": over every region
+    version = {"canary": model.canary_version, "stable": model.stable_version}
+    verdicts: dict[str, dict[str, Any]] = {}
+    fail_s: dict[str, float | None] = dict.fromkeys(bakes)
+    for k in range(int(BAKE_S / TICK_S)):
+        tick = fleet.tick(k, 0, TICK_S)
+        for region in names:
+            values = tick_values(tick, canary_pod, region_of[tick.pod] == region)
+            for bake in (bakes[region], bakes[""]):
+                for side, metrics in values.items():
+                    bake.saw(side, version[side], region, int(tick.end_ns[-1]), int(tick.end_ns[0]),
+                             len(metrics["error_ratio"]))
+                    for name, v in metrics.items():
+                        bake.add_values(side, name, v)
+        now_s = (k + 1) * TICK_S
+        for key, bake in bakes.items():
+            if bake.final is None:
+                verdicts[key] = bake.evaluate(int(now_s * 1e9))
+                if verdicts[key]["verdict"] == "fail":
+                    fail_s[key] = now_s
+    return {"regressed": verdicts[regressed]["verdict"], "regressed_fail_s": fail_s[regressed],
+            "healthy": verdicts[names[0]]["verdict"], "overall": verdicts[""]["verdict"],
+            "overall_fail_s": fail_s[""]}
 
 
-def run_bakes(jobs: list[tuple[int, tuple[Perturbation, ...], float]], workers: int) -> list[dict[str, Any]]:
+def summarise_regional(bakes: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(bakes)
+    times = [b["regressed_fail_s"] for b in bakes if b["regressed_fail_s"] is not None]
+    healthy_fails = sum(b["healthy"] == "fail" for b in bakes)
+    rate, upper = rate_with_bound(healthy_fails, n)
+    return {"bakes": n, "canary_slowdown_in_regressed_region": REGIONAL_MAGNITUDE,
+            "regressed_region_power": len(times) / n, "regressed_region_power_lower95": lower_bound(len(times), n),
+            "regressed_region_seconds_to_verdict_median": statistics.median(times) if times else None,
+            "healthy_region_false_fail_rate": rate, "healthy_region_false_fail_upper95": upper,
+            "overall_power": sum(b["overall"] == "fail" for b in bakes) / n,
+            "verdicts": {side: dict(Counter(b[side] for b in bakes)) for side in ("regressed", "healthy", "overall")}}
+
+
+def _run(job: Job) -> dict[str, Any]:
+    return run_regional_bake(job) if isinstance(job, int) else run_bake(*job)
+
+
+Job = tuple[int, tuple[Perturbation, ...], float] | int  # (seed, perturbations, quality drop), or a one_region seed
+
+
+def run_bakes(jobs: list[Job], workers: int) -> list[dict[str, Any]]:
     if workers <= 1:
         return [_run(job) for job in jobs]
     with ProcessPoolExecutor(workers) as pool:
@@ -204,6 +272,18 @@ def main(argv: list[str] | None = None) -> None:
         seeds = range(10_000 * (i + 1), 10_000 * (i + 1) + reg_n)
         result[name] = summarise(run_bakes([(seed, perturbations, drop) for seed in seeds], args.workers))
         print(name, {k: result[name][k] for k in ("power", "seconds_to_verdict_median", "naive_power")}, flush=True)
+    shared = run_bakes([(seed, SHARED_SLOWDOWN, 0.0) for seed in range(90_000, 90_000 + reg_n)], args.workers)
+    shared_rate, shared_upper = rate_with_bound(sum(b["verdict"] == "fail" for b in shared), reg_n)
+    result["shared_slowdown"] = {
+        "bakes": reg_n, "slowdown": "both tracks x1.5 from 120 s to 360 s of the bake",
+        "false_fail_rate": shared_rate, "false_fail_upper95": shared_upper,
+        "verdicts": dict(Counter(b["verdict"] for b in shared)),
+        "naive_false_fail_rate": sum(b["naive_s"] is not None for b in shared) / reg_n}
+    print("shared_slowdown", {k: result["shared_slowdown"][k] for k in ("false_fail_rate", "naive_false_fail_rate")},
+          flush=True)
+    result["one_region"] = summarise_regional(run_bakes(list(range(80_000, 80_000 + reg_n)), args.workers))
+    print("one_region", {k: result["one_region"][k] for k in ("regressed_region_power",
+                                                              "healthy_region_false_fail_rate")}, flush=True)
     result["goals"] = {
         "aa_false_fail_rate_le_0.01": rate <= 0.01,
         "power_ge_0.95": {k: result[k]["power"] >= 0.95 for k in ("ttft_10pct", "errors_1pp", "quality_0.04")},
