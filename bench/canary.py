@@ -7,9 +7,12 @@ regression, beside the naive rule teams use today (canary p99 TTFT > stable p99 
 Each bake: one model (the simulator's llama-3.1-8b-instruct) in one region at 1,000 requests/s, 10 % of it on
 the canary, 10 simulated minutes drawn by ``simulator.workload.Fleet`` (its latency/error model) in 30 s ticks;
 ``flink_jobs.canary.core.Bake`` looks after every tick (20 looks). Regressions are the simulator's own
-perturbations on the canary track: ``slow`` x1.1 / x1.2 (every latency of the canary: TTFT, ITL, TPOT) and
-``errors`` +0.01 / +0.02. Quality: the simulator has no answer quality, so 1 % of requests are judged with a
-Beta score of mean 0.80 and s.d. 0.15 (canary mean 0.76 in ``quality_0.04``), weighted 1 / 0.01.
+perturbations on the canary track: ``ttft_10pct`` / ``ttft_20pct`` are ``slow_prefill`` x1.135 / x1.27 (the
+prefill alone, calibrated so the canary's median TTFT is +10 % / +20 %: queue waits, unchanged, dilute a
+prefill change), ``slow_10pct`` / ``slow_20pct`` are ``slow`` x1.1 / x1.2 (every latency of the canary, and
+its queueing with them: the median TTFT moves by +23 % / +53 %), and ``errors`` +0.01 / +0.02. Quality: the
+simulator has no answer quality, so 1 % of requests are judged with a Beta score of mean 0.80 and s.d. 0.15
+(canary mean 0.76 in ``quality_0.04``), weighted 1 / 0.01.
 
 Power: the share of bakes whose verdict is ``fail`` by the bake's end; seconds to verdict: the look at which
 it became ``fail``. The naive rule is checked at the same looks on every request since the bake's start.
@@ -58,8 +61,10 @@ def _canary(kind: str, magnitude: float) -> Perturbation:
 
 # name -> (simulator perturbations on the canary, quality drop of the canary)
 REGRESSIONS: dict[str, tuple[tuple[Perturbation, ...], float]] = {
-    "ttft_10pct": ((_canary("slow", 1.1),), 0.0),
-    "ttft_20pct": ((_canary("slow", 1.2),), 0.0),
+    "ttft_10pct": ((_canary("slow_prefill", 1.135),), 0.0),
+    "ttft_20pct": ((_canary("slow_prefill", 1.27),), 0.0),
+    "slow_10pct": ((_canary("slow", 1.1),), 0.0),
+    "slow_20pct": ((_canary("slow", 1.2),), 0.0),
     "errors_1pp": ((_canary("errors", 0.01),), 0.0),
     "errors_2pp": ((_canary("errors", 0.02),), 0.0),
     "quality_0.04": ((), 0.04),

@@ -41,9 +41,11 @@ class RegionSpec:
 class Perturbation:
     """One fault on the timeline: from ``at_s`` for ``duration_s`` seconds of simulated time.
 
-    kinds: ``slow`` (latencies x magnitude), ``errors`` (error rate +magnitude), ``pod_down`` (a pod's
-    requests fail fast and its gauges stop), ``canary_regression`` (the canary's latencies x magnitude
-    and error rate +5 %). ``region``/``model``/``track``/``pod`` narrow it; empty means all."""
+    kinds: ``slow`` (latencies x magnitude, utilisation and so queueing up with them), ``slow_prefill``
+    (prefill time x magnitude, nothing else: a pure TTFT shift, e.g. a prompt-processing regression; the
+    pod's service rate and queueing are left as they are), ``errors`` (error rate +magnitude), ``pod_down``
+    (a pod's requests fail fast and its gauges stop), ``canary_regression`` (the canary's latencies x
+    magnitude and error rate +5 %). ``region``/``model``/``track``/``pod`` narrow it; empty means all."""
 
     kind: str
     at_s: float
@@ -54,7 +56,7 @@ class Perturbation:
     track: str = ""
     pod: int = -1
 
-    KINDS = ("slow", "errors", "pod_down", "canary_regression")
+    KINDS = ("slow", "slow_prefill", "errors", "pod_down", "canary_regression")
 
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:

@@ -101,6 +101,7 @@ class PodState:
     slow: np.ndarray
     extra_errors: np.ndarray
     down: np.ndarray
+    prefill_slow: np.ndarray  # prefill time only (slow_prefill): a pure TTFT shift, queueing unchanged
 
 
 def ranks(n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -155,6 +156,7 @@ class Fleet:
         slow = np.ones(len(self.pods))
         extra = np.zeros(len(self.pods))
         down = np.zeros(len(self.pods), dtype=bool)
+        prefill_slow = np.ones(len(self.pods))
         for pert in spec.perturbations:
             if not pert.active(t_s):
                 continue
@@ -167,12 +169,14 @@ class Fleet:
                     extra[x.index] += pert.magnitude
                 elif pert.kind == "pod_down":
                     down[x.index] = True
+                elif pert.kind == "slow_prefill":
+                    prefill_slow[x.index] *= pert.magnitude
                 elif x.track == "canary":  # canary_regression
                     slow[x.index] *= pert.magnitude
                     extra[x.index] += 0.05
         # a slow pod serves fewer requests per second: its utilisation rises with it
         rho = np.minimum(rate * slow / self._capacity, 0.97)
-        return PodState(rate, rho, slow, extra, down)
+        return PodState(rate, rho, slow, extra, down, prefill_slow)
 
     def tick(self, k: int, t0_ns: int, dt_s: float, scale: float = 1.0) -> Tick:
         """Requests that end in ``[t0_ns + k*dt, t0_ns + (k+1)*dt)``; ``scale`` multiplies the rate."""
@@ -196,6 +200,7 @@ class Fleet:
         queue_s = np.where(waits, rng.exponential(1.0 / np.maximum(mu * (1.0 - rho), 1e-3)), 0.0) + 50e-6
         prompt = (tokens_in / self._in_med[pod]) ** 0.7 * (1.0 - 0.8 * tokens_cached / tokens_in)
         prefill_s = rng.lognormal(np.log(self._prefill_med[pod] * slow * (1 + 0.5 * rho) * prompt), 0.35)
+        prefill_s *= state.prefill_slow[pod]
         p50 = rng.lognormal(np.log(self._itl_med[pod] * slow * (1 + 0.6 * rho)), 0.15)
         p90 = p50 * (1 + rng.lognormal(np.log(0.25), 0.3, n))
         p99 = p90 * (1 + rng.lognormal(np.log(0.5), 0.4, n))

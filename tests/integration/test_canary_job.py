@@ -1,23 +1,28 @@
 """The canary job on the real stack (Kafka, Flink with the Kafka connector, the sink, Prometheus): the
 simulator's canary regression, as request records on Kafka, turns the verdict on the compacted
-``infersight.rollout.verdicts`` topic to ``fail`` (keyed by rollout), the verdict gauge reaches Prometheus, and a
-poison message goes to the dead-letter topic while the job keeps judging."""
+``infersight.rollout.verdicts`` topic to ``fail`` (keyed by rollout), the verdict gauge reaches Prometheus, the
+stack's verdict service answers ``fail``, a verdict service with a webhook POSTs it once and logs the final
+verdict as an MLflow run, and a poison message goes to the dead-letter topic while the job keeps judging."""
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from infersight.demo import WebhookInbox
 from infersight.flink_jobs.canary.stream import JOB
 from infersight.schemas import canary as C
 from infersight.schemas.records import dump_batch
 from infersight.schemas.topics import DLQ, ROLLOUT_VERDICTS
 from infersight.stack import jobs as flink
+from infersight.stack.verdict_service import serve
 from tests.integration.pipeline_util import prom_value, read_all, wait_until
 from tests.support.canary_traffic import NS, batch_end_ns, canary_records
 
@@ -33,9 +38,26 @@ def verdicts(bootstrap: str, model: str) -> list[tuple[str, dict]]:
     return out
 
 
-def test_a_canary_regression_fails_on_the_verdicts_topic_and_in_prometheus(stack):
+def get_json(url: str) -> dict:
+    """The service's answer; {} while it has no verdict for the path (404)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return {}
+        raise
+
+
+def test_a_canary_regression_fails_on_the_verdicts_topic_and_in_prometheus(stack, tmp_path):
     lay = stack.layout
     bootstrap = lay.kafka_bootstrap
+    # a second verdict service, ready before the fail exists (fails read back at start are not announced)
+    inbox = WebhookInbox()
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    server, stop, service = serve(bootstrap, "127.0.0.1", 0, webhook_url=inbox.url, mlflow_tracking_uri=store,
+                                  mlflow_experiment="test-canary")
+    wait_until(lambda: service.ready, 60, "the verdict service to read the topic")
     tag = uuid.uuid4().hex[:6]
     model = f"llama-{tag}"
     topic = f"test-requests-{tag}"
@@ -74,5 +96,21 @@ def test_a_canary_regression_fails_on_the_verdicts_topic_and_in_prometheus(stack
         config = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, ROLLOUT_VERDICTS.name)])
         (described,) = config.values()
         assert described.result()["cleanup.policy"].value == "compact"  # one verdict per rollout kept
+        # what Argo Rollouts' Web provider reads: the stack's own verdict service
+        path = f"/verdicts/{model}/{event['canary_version']}?region={event['region']}"
+        answer = wait_until(lambda: (lambda a: a if a.get("verdict") == "fail" else None)(
+            get_json(lay.verdicts_url + path)), 60, f"the stack's verdict service to answer fail on {path}")
+        assert answer["rollout"] == key
+        wait_until(lambda: key in [m["rollout"] for m in inbox.received], 30, "the webhook's POST of the fail")
+        assert [m["rollout"] for m in inbox.received].count(key) == 1
+        from infersight.stack.verdict_mlflow import MlflowVerdicts  # the mlflow extra
+
+        final = next(e for _, e in got if e["final"])
+        mlflow = MlflowVerdicts(store, "test-canary")
+        run_id = wait_until(lambda: mlflow.run_of(final), 120, "the final verdict's MLflow run")
+        assert mlflow.client.get_run(run_id).data.tags["verdict"] == final["verdict"]
     finally:
         flink.stop(lay, job)
+        stop.set()
+        server.shutdown()
+        inbox.close()
