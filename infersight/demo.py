@@ -16,9 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from infersight import install
 from infersight.simulator.fleet import FleetSpec, Perturbation
 
-# The demo's story: a canary regression on the busiest model after 3 minutes, a slow region after 7.
+# The demo's story: a canary regression on the busiest model after 3 minutes, a silent quality drop (fast but
+# worse answers) of another model in one region after 5, a slow region after 7.
 DEMO_PERTURBATIONS = (
     Perturbation("canary_regression", at_s=180, duration_s=120, magnitude=2.5, model="llama-3.1-8b-instruct"),
+    Perturbation("quality_drop", at_s=300, duration_s=240, magnitude=0.1, model="mistral-small-24b",
+                 region="eu-west-1"),
     Perturbation("slow", at_s=420, duration_s=120, magnitude=2.0, region="ap-southeast-1"),
 )
 
@@ -29,11 +32,14 @@ def add_fleet_options(p: argparse.ArgumentParser, rate: float, day_s: float) -> 
     p.add_argument("--scenario", help="fleet JSON (any FleetSpec field: regions, models, perturbations, ...)")
     p.add_argument("--day-s", type=float, default=day_s, help="length of the simulated day (diurnal curve)")
     p.add_argument("--sample-ratio", type=float, default=None, help="share of traces kept whole (default 0.01)")
+    p.add_argument("--judge-rate", type=float, default=0.01,
+                   help="share of requests judged beside serving: their relevance, refusal and PII results")
     p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
 
 
 def fleet_spec(args: argparse.Namespace, perturbations: tuple[Perturbation, ...] = ()) -> FleetSpec:
-    overrides = {"rate_rps": args.rate, "day_s": args.day_s, "sample_ratio": args.sample_ratio}
+    overrides = {"rate_rps": args.rate, "day_s": args.day_s, "sample_ratio": args.sample_ratio,
+                 "judge_rate": getattr(args, "judge_rate", None)}
     if args.scenario:
         return FleetSpec.from_json(args.scenario, **overrides)
     return FleetSpec(**{k: v for k, v in overrides.items() if v is not None}, perturbations=perturbations)

@@ -16,8 +16,11 @@ from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas import otlp_wire as w
 from infersight.schemas import pipeline as P
+from infersight.schemas import quality as Q
 from infersight.schemas.attributes import SCOPE_NAME, SCOPE_VERSION
 from infersight.schemas.contract import BY_NAME, ITL_FIELDS
+from infersight.schemas.evaluation import LATE_EVALUATION_SPAN
+from infersight.schemas.metrics import GEN_AI_EVALUATION_RESULT
 from infersight.schemas.otlp_wire import SPAN_ATTRIBUTE, field, key_value
 from infersight.schemas.pipeline import GPU_COUNT_ATTRIBUTE, GPU_TYPE_ATTRIBUTE
 from infersight.schemas.units import NS
@@ -29,6 +32,7 @@ OPERATION = "chat"
 SERVICE_PREFIX = "llm-serving"
 MAX_SPANS_PER_EXPORT = 2000  # keeps each export well under the receiver's 4 MiB gRPC message limit
 _STAGE_NAMES = ("queue", "prefill", "decode")
+JUDGE_DELAY_NS = 20_000_000  # a result's time after its request's end (the judges run beside serving)
 
 
 def _attribute(record_field: str) -> str:
@@ -72,7 +76,7 @@ _SCOPE = field(w.SCOPE_SPANS_SCOPE, w.scope(SCOPE_NAME, SCOPE_VERSION))
 class PodTemplate:
     """A pod's constant bytes: resource, and the root span's name, kind and fixed attributes."""
 
-    __slots__ = ("resource", "root_head")
+    __slots__ = ("evaluation_head", "resource", "root_head")
 
     def __init__(self, pod: Pod) -> None:
         self.resource = field(w.RESOURCE_SPANS_RESOURCE, w.resource(resource_attributes(pod)))
@@ -81,13 +85,17 @@ class PodTemplate:
                  _attribute("model"): pod.model.name}
         self.root_head = (w.span_head(f"{OPERATION} {pod.model.name}", w.KIND_SERVER)
                           + b"".join(_span_attribute(k, v) for k, v in fixed.items()))
+        # a late evaluation's child span: the request's series, as ``Instrumentation.emit_late_evaluation``
+        self.evaluation_head = (w.span_head(LATE_EVALUATION_SPAN, w.KIND_INTERNAL) + b"".join(
+            _span_attribute(k, v) for k, v in {A.GEN_AI_REQUEST_MODEL: pod.model.name, A.MODEL_VERSION: pod.version,
+                                               A.DEPLOYMENT_TRACK: pod.track}.items()))
 
 
 class Encoder:
     """Encodes ticks for one fleet (templates built once per pod)."""
 
-    def __init__(self, pods: list[Pod]) -> None:
-        self.pods = pods
+    def __init__(self, pods: list[Pod], judge_rate: float = 0.0) -> None:
+        self.pods, self.judge_rate = pods, judge_rate
         self.templates = [PodTemplate(p) for p in pods]
 
     def spans(self, tick: Tick) -> dict[str, list[bytes]]:
@@ -109,6 +117,14 @@ class Encoder:
             out.append(field(span_field, root))
             if sampled:
                 out.extend(field(span_field, s) for s in stage_spans(tid, sid, start, q, p, d, t_out))
+        for i in (tick.judged.nonzero()[0].tolist() if len(tick.judged) else ()):
+            pod = int(tick.pod[i])
+            results = ((Q.RELEVANCE, float(tick.relevance[i]),
+                        "relevant" if tick.relevance[i] >= Q.PASS_THRESHOLD else "irrelevant"),
+                       _flag(Q.REFUSAL, bool(tick.refused[i])), _flag(Q.PII, bool(tick.pii[i])))
+            by_pod[pod].extend(field(span_field, s) for s in evaluation_spans(
+                templates[pod].evaluation_head, tids[16 * i:16 * i + 16], sids[8 * i:8 * i + 8],
+                int(tick.end_ns[i]), bool(tick.sampled[i]), self.judge_rate, results))
         return self._exports(by_pod)
 
     def _exports(self, by_pod: dict[int, list[bytes]]) -> dict[str, list[bytes]]:
@@ -190,6 +206,30 @@ def stage_spans(tid: bytes, sid: bytes, start: int, q: int, p: int, d: int, t_ou
     for k, (s, e) in enumerate(bounds):
         child = sid[:7] + bytes([(sid[7] + k + 1) & 0xFF])
         out.append(b"".join((head, w.SPAN_SPAN_ID, child, parent, _STAGE_SPAN[k], w.span_times(s, e))))
+    return out
+
+
+def _flag(name: str, flagged: bool) -> tuple[str, float, str]:
+    """A guardrail check's result, as ``instrumentation.evaluation.guardrails`` writes it."""
+    return name, 1.0 if flagged else 0.0, "flagged" if flagged else "clear"
+
+
+def evaluation_spans(head: bytes, tid: bytes, sid: bytes, end_ns: int, sampled: bool, sample_rate: float,
+                     results: tuple[tuple[str, float, str], ...]) -> list[bytes]:
+    """One late ``gen_ai.evaluation`` child span per result, each with its ``gen_ai.evaluation.result`` event
+    (record-only when the trace was sampled out), as the instrumentation exports a judge's result that comes
+    after its request finished. Span ids follow the stage spans' (root + 1..3)."""
+    parent = w.SPAN_PARENT_SPAN_ID + sid
+    out = []
+    for k, (name, score, label) in enumerate(results):
+        at = end_ns + (k + 1) * JUDGE_DELAY_NS
+        child = sid[:7] + bytes([(sid[7] + 4 + k) & 0xFF])
+        event = (w.EVENT_TIME + w.pack_fixed64(at) + field(w.EVENT_NAME, GEN_AI_EVALUATION_RESULT.encode())
+                 + b"".join(field(w.EVENT_ATTRIBUTE, key_value(key, value)) for key, value in (
+                     (A.GEN_AI_EVALUATION_NAME, name), (A.EVALUATION_SAMPLE_RATE, sample_rate),
+                     (A.GEN_AI_EVALUATION_SCORE_VALUE, score), (A.GEN_AI_EVALUATION_SCORE_LABEL, label))))
+        out.append(b"".join((w.SPAN_TRACE_ID, tid, w.SPAN_SPAN_ID, child, parent, head,
+                             b"" if sampled else _RECORD_ONLY, w.span_times(at, at), field(w.SPAN_EVENT, event))))
     return out
 
 

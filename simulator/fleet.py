@@ -45,7 +45,10 @@ class Perturbation:
     (prefill time x magnitude, nothing else: a pure TTFT shift, e.g. a prompt-processing regression; the
     pod's service rate and queueing are left as they are), ``errors`` (error rate +magnitude), ``pod_down``
     (a pod's requests fail fast and its gauges stop), ``canary_regression`` (the canary's latencies x
-    magnitude and error rate +5 %). ``region``/``model``/``track``/``pod`` narrow it; empty means all."""
+    magnitude and error rate +5 %), and on the judged share (``FleetSpec.judge_rate``): ``quality_drop``
+    (the relevance score's mean -magnitude and refusals +magnitude: a silent failure, latency unchanged),
+    ``guardrail_surge`` (PII flags +magnitude); ``prompt_shift`` (prompt lengths x magnitude: a shift of the
+    traffic's mix). ``region``/``model``/``track``/``pod`` narrow it; empty means all."""
 
     kind: str
     at_s: float
@@ -56,7 +59,8 @@ class Perturbation:
     track: str = ""
     pod: int = -1
 
-    KINDS = ("slow", "slow_prefill", "errors", "pod_down", "canary_regression")
+    KINDS = ("slow", "slow_prefill", "errors", "pod_down", "canary_regression", "quality_drop", "guardrail_surge",
+             "prompt_shift")
 
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:
@@ -101,6 +105,7 @@ class FleetSpec:
     timeout_rate: float = 0.002
     sample_ratio: float = 0.01        # traces kept whole (stage spans); the rest send record-only roots
     gauge_interval_s: float = 5.0
+    judge_rate: float = 0.0           # share of requests judged beside serving (relevance, refusal, PII results)
     perturbations: tuple[Perturbation, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -108,6 +113,8 @@ class FleetSpec:
             raise ValueError(f"rate_rps must be > 0, got {self.rate_rps}")
         if not self.regions or not self.models:
             raise ValueError("a fleet needs at least one region and one model")
+        if not 0.0 <= self.judge_rate <= 1.0:
+            raise ValueError(f"judge_rate must be in [0, 1], got {self.judge_rate}")
 
     def pods(self, model: ModelSpec, region: RegionSpec, track: str) -> int:
         """Pods serving ``model`` on ``track`` in ``region``: enough for the mean load at the target

@@ -38,7 +38,7 @@ class Simulator:
             raise ValueError(f"no gateway endpoint for regions {sorted(missing)}")
         self.spec, self.seed, self.tick_s = spec, seed, tick_s
         self.fleet = Fleet(spec, seed)
-        self.encoder = Encoder(self.fleet.pods)
+        self.encoder = Encoder(self.fleet.pods, spec.judge_rate)
         self.exporter = Exporter({r.name: endpoints[r.name] for r in spec.regions})
         self.ledger = Ledger()
         self._scale = 1.0

@@ -14,7 +14,7 @@ the same gaps is exactly the one encoded.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,11 @@ def build_pods(spec: FleetSpec) -> list[Pod]:
     return pods
 
 
+# the judged requests' evaluation results (FleetSpec.judge_rate): a healthy model's
+RELEVANCE_MEAN, RELEVANCE_SD = 0.80, 0.15  # relevance score
+REFUSAL_RATE, PII_RATE = 0.02, 0.005       # guardrail flag rates
+
+
 @dataclass
 class Tick:
     """The requests of one tick, one array entry per request, sorted by end time. Times in integer ns
@@ -74,6 +79,10 @@ class Tick:
     sampled: np.ndarray      # bool: whole trace (stage spans) rather than a record-only root
     trace_ids: bytes         # 16 bytes per request
     span_ids: bytes          # 8 bytes per request (the root span; stage spans derive theirs)
+    judged: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # evaluated beside serving
+    relevance: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the judged ones' scores, in 0..1
+    refused: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # guardrail.refusal flags
+    pii: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # guardrail.pii flags
 
     def __len__(self) -> int:
         return len(self.end_ns)
@@ -102,6 +111,9 @@ class PodState:
     extra_errors: np.ndarray
     down: np.ndarray
     prefill_slow: np.ndarray  # prefill time only (slow_prefill): a pure TTFT shift, queueing unchanged
+    quality_drop: np.ndarray  # relevance mean down and refusal rate up by this (quality_drop)
+    pii_extra: np.ndarray     # PII flag rate up by this (guardrail_surge)
+    prompt_scale: np.ndarray  # prompt lengths x this (prompt_shift)
 
 
 def ranks(n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,7 +168,8 @@ class Fleet:
         slow = np.ones(len(self.pods))
         extra = np.zeros(len(self.pods))
         down = np.zeros(len(self.pods), dtype=bool)
-        prefill_slow = np.ones(len(self.pods))
+        prefill_slow, prompt_scale = np.ones(len(self.pods)), np.ones(len(self.pods))
+        quality_drop, pii_extra = np.zeros(len(self.pods)), np.zeros(len(self.pods))
         for pert in spec.perturbations:
             if not pert.active(t_s):
                 continue
@@ -171,12 +184,18 @@ class Fleet:
                     down[x.index] = True
                 elif pert.kind == "slow_prefill":
                     prefill_slow[x.index] *= pert.magnitude
+                elif pert.kind == "quality_drop":
+                    quality_drop[x.index] += pert.magnitude
+                elif pert.kind == "guardrail_surge":
+                    pii_extra[x.index] += pert.magnitude
+                elif pert.kind == "prompt_shift":
+                    prompt_scale[x.index] *= pert.magnitude
                 elif x.track == "canary":  # canary_regression
                     slow[x.index] *= pert.magnitude
                     extra[x.index] += 0.05
         # a slow pod serves fewer requests per second: its utilisation rises with it
         rho = np.minimum(rate * slow / self._capacity, 0.97)
-        return PodState(rate, rho, slow, extra, down, prefill_slow)
+        return PodState(rate, rho, slow, extra, down, prefill_slow, quality_drop, pii_extra, prompt_scale)
 
     def tick(self, k: int, t0_ns: int, dt_s: float, scale: float = 1.0) -> Tick:
         """Requests that end in ``[t0_ns + k*dt, t0_ns + (k+1)*dt)``; ``scale`` multiplies the rate."""
@@ -190,7 +209,8 @@ class Fleet:
         end_ns = np.sort(t0_ns + k * dt_ns + rng.integers(0, dt_ns, n))
         rho, slow = state.rho[pod], state.slow[pod]
 
-        tokens_in = np.clip(rng.lognormal(np.log(self._in_med[pod]), 0.8), 8, 32_000).astype(np.int64)
+        tokens_in = np.clip(rng.lognormal(np.log(self._in_med[pod] * state.prompt_scale[pod]), 0.8), 8,
+                            32_000).astype(np.int64)
         hit = np.minimum(1.0, rng.random(n) * 2.0 * self._hit[pod])
         tokens_cached = (tokens_in * hit).astype(np.int64)
         tokens_out = np.minimum(4096, 1 + (self._out_scale[pod] * rng.pareto(1.6, n)).astype(np.int64))
@@ -233,10 +253,24 @@ class Fleet:
             spent = queue_ns[to] + prefill_ns[to] + np.where(tokens_out[to] > 0, decode_ns[to], 0)
             tail_ns[to] = np.maximum(int(TIMEOUT_S * ns) - spent, tail_ns[to])
         sampled = rng.random(n) < spec.sample_ratio
-        return Tick(pod=pod, end_ns=end_ns, queue_ns=queue_ns, prefill_ns=prefill_ns, decode_ns=decode_ns,
+        tick = Tick(pod=pod, end_ns=end_ns, queue_ns=queue_ns, prefill_ns=prefill_ns, decode_ns=decode_ns,
                     tail_ns=tail_ns, tokens_in=tokens_in, tokens_cached=np.minimum(tokens_cached, tokens_in),
                     tokens_out=tokens_out, gap_ns=gaps, error=error, sampled=sampled,
                     trace_ids=rng.bytes(16 * n), span_ids=rng.bytes(8 * n))
+        if spec.judge_rate > 0:
+            self._judge(tick, state, np.random.default_rng([self.seed, k, 1]))  # its own stream: latencies unchanged
+        return tick
+
+    def _judge(self, tick: Tick, state: PodState, rng: np.random.Generator) -> None:
+        """The judged share's evaluation results: relevance ~ Beta (mean RELEVANCE_MEAN, s.d. RELEVANCE_SD), refusal
+        and PII flags ~ Bernoulli; a failed request is not judged (no answer)."""
+        n, pod = len(tick), tick.pod
+        tick.judged = (rng.random(n) < self.spec.judge_rate) & (tick.error < 0) & (tick.tokens_out > 0)
+        mean = np.clip(RELEVANCE_MEAN - state.quality_drop[pod], 0.05, 0.95)
+        total = mean * (1 - mean) / RELEVANCE_SD ** 2 - 1  # Beta(a, b) with this mean and s.d.
+        tick.relevance = rng.beta(mean * total, (1 - mean) * total)
+        tick.refused = rng.random(n) < REFUSAL_RATE + state.quality_drop[pod]
+        tick.pii = rng.random(n) < PII_RATE + state.pii_extra[pod]
 
 
 def pod_gauges(fleet: Fleet, state: PodState, rng: np.random.Generator) -> dict[str, np.ndarray]:

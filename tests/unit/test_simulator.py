@@ -17,12 +17,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
+from infersight.flink_jobs.normalize.evaluations import evaluations_from_payload
 from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
 from infersight.flink_jobs.normalize.span_records import Rejected, records_from_payload
 from infersight.instrumentation import Instrumentation
 from infersight.instrumentation.config import Settings
 from infersight.schemas.units import NS
-from infersight.simulator.encode import ENGINE, Encoder, gauges, resource_attributes
+from infersight.simulator.encode import ENGINE, JUDGE_DELAY_NS, Encoder, gauges, resource_attributes
 from infersight.simulator.fleet import FleetSpec, Perturbation
 from infersight.simulator.ledger import Ledger
 from infersight.simulator.workload import ALL_ERRORS, Fleet, pod_gauges, step_gap_list, step_gaps
@@ -50,8 +51,10 @@ class FixedIds(IdGenerator):
         return self.span_ids.pop(0) if self.span_ids else 0x1234 + len(self.span_ids)
 
 
-def sdk_replay(fleet: Fleet, tick, i: int):
-    """Drive the real SDK through request ``i`` of ``tick`` with a scripted clock; return its record."""
+def sdk_payload(fleet: Fleet, tick, i: int, evaluations=(), judge_rate: float = 1.0) -> tuple[bytes, int]:
+    """Drive the real SDK through request ``i`` of ``tick`` with a scripted clock, then (after the request) its
+    ``evaluations`` ((name, score, label) each, ``JUDGE_DELAY_NS`` apart); return the OTLP payload and the
+    number of spans."""
     pod = fleet.pods[int(tick.pod[i])]
     q, p, d, tail = (int(x[i]) for x in (tick.queue_ns, tick.prefill_ns, tick.decode_ns, tick.tail_ns))
     t_in, t_cached, t_out, err = (int(x[i]) for x in (tick.tokens_in, tick.tokens_cached, tick.tokens_out,
@@ -90,11 +93,20 @@ def sdk_replay(fleet: Fleet, tick, i: int):
         req.error(ALL_ERRORS[err])
     now[0] = end
     req.finish(None)
+    for name, score, label in evaluations:
+        now[0] += JUDGE_DELAY_NS
+        req.evaluation(name, score, label, sample_rate=judge_rate)
     provider.shutdown()
-    payload = encode_spans(exporter.get_finished_spans()).SerializeToString()
+    return encode_spans(exporter.get_finished_spans()).SerializeToString(), len(exporter.get_finished_spans())
+
+
+def sdk_replay(fleet: Fleet, tick, i: int):
+    """Request ``i`` of ``tick`` through the real SDK: its record and the number of spans."""
+    payload, spans = sdk_payload(fleet, tick, i)
+    end = int(tick.end_ns[i])
     records = [r for r in records_from_payload(payload, end + NS) if not isinstance(r, Rejected)]
     assert len(records) == 1
-    return records[0], len(exporter.get_finished_spans())
+    return records[0], spans
 
 
 def test_simulated_and_sdk_telemetry_decode_to_identical_records():
@@ -261,3 +273,58 @@ def test_a_metrics_export_leaves_normalize_as_gauge_batches_that_roll_up_like_th
     assert late == 0 and {end for _key, end in groups} == {130_000} and (region, 130_000) in groups
     assert core.PodWindow.of(groups[region, 130_000]).stats() == core.PodWindow.of(points).stats()
     assert core.group_gauges(flat, 10_000, watermark_ms=129_999) == ({}, len(flat))
+
+
+def evaluations_of(payloads: dict[str, list[bytes]]) -> list[dict]:
+    out = []
+    for batch in payloads.values():
+        for payload in batch:
+            items = list(evaluations_from_payload(payload))
+            assert all(isinstance(item, dict) for item in items), items
+            out += items
+    return out
+
+
+def test_judged_requests_carry_the_evaluation_results_the_sdk_would_export():
+    """1 % judged: per judged request a relevance score and the refusal and PII flags, each on a late
+    ``gen_ai.evaluation`` child span as the SDK exports a judge's result after its request: the same records
+    once normalize decodes both; the request records are unchanged by them."""
+    spec = FleetSpec(rate_rps=3000, judge_rate=0.02, sample_ratio=0.3)
+    fleet = Fleet(spec, seed=5)
+    tick = fleet.tick(2, time.time_ns() - 60 * NS, 1.0)
+    payloads = Encoder(fleet.pods, spec.judge_rate).spans(tick)
+    assert len(decode_all(payloads, time.time_ns())) == len(tick)  # the judges' spans are not requests
+    evaluations = evaluations_of(payloads)
+    judged = tick.judged.nonzero()[0]
+    assert len(judged) > 20 and len(evaluations) == 3 * len(judged)
+    assert not (tick.judged & (tick.error >= 0)).any()  # a failed request has no answer to judge
+    by_trace: dict[str, list[dict]] = {}
+    for rec in evaluations:
+        by_trace.setdefault(rec["trace_id"], []).append(rec)
+    for i in judged[:3].tolist() + [j for j in judged.tolist() if not tick.sampled[j]][:2]:
+        sim = sorted(by_trace[tick.trace_ids[16 * i:16 * i + 16].hex()], key=lambda r: r["name"])
+        results = [(r["name"], r["score"], r["label"]) for r in sorted(sim, key=lambda r: r["time_ns"])]
+        payload, _ = sdk_payload(fleet, tick, i, results, spec.judge_rate)
+        sdk = sorted(evaluations_of({"r": [payload]}), key=lambda r: r["name"])
+        assert sim == sdk
+        assert {r["span_id"] for r in sim} == {tick.span_ids[8 * i:8 * i + 8].hex()}  # joins its request
+        assert all(r["sample_rate"] == 0.02 and r["model_version"] and r["track"] for r in sim)
+
+
+def test_quality_perturbations_move_the_judged_results_only_where_they_hit():
+    hit = {"region": "eu-west-1", "at_s": 0.0, "duration_s": 600.0}
+    spec = FleetSpec(rate_rps=4000, judge_rate=0.5, perturbations=(
+        Perturbation("quality_drop", magnitude=0.1, **hit), Perturbation("guardrail_surge", magnitude=0.2, **hit),
+        Perturbation("prompt_shift", magnitude=3.0, **hit)))
+    fleet = Fleet(spec, seed=8)
+    tick = fleet.tick(1, 0, 1.0)
+    region = np.array([fleet.pods[int(p)].region.name for p in tick.pod])
+    hit_mask, calm = tick.judged & (region == "eu-west-1"), tick.judged & (region != "eu-west-1")
+    assert tick.relevance[calm].mean() - tick.relevance[hit_mask].mean() == pytest.approx(0.1, abs=0.03)
+    assert tick.refused[hit_mask].mean() > tick.refused[calm].mean() + 0.05
+    assert tick.pii[hit_mask].mean() == pytest.approx(0.205, abs=0.05) and tick.pii[calm].mean() < 0.03
+    assert np.median(tick.tokens_in[region == "eu-west-1"]) > 2 * np.median(tick.tokens_in[region != "eu-west-1"])
+    # the judges draw from a stream of their own: the requests' times are the calm fleet's
+    calm_spec = FleetSpec(rate_rps=4000, judge_rate=0.5)
+    same = Fleet(calm_spec, seed=8).tick(1, 0, 1.0)
+    assert np.array_equal(same.end_ns, tick.end_ns) and np.array_equal(same.queue_ns, tick.queue_ns)
