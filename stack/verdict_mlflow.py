@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from infersight.schemas.canary import VERDICT_CODE
@@ -23,6 +24,14 @@ TAG_VERDICT_ID = "infersight.verdict_id"  # hash of (rollout, bake start): a fil
 ARTIFACT = "verdict.json"
 RUN_METRICS = ("shift", "ci_low", "ci_high", "p_value", "n_canary", "n_stable")
 MAX_TAG = 5000  # MLflow's limit on a tag's value
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """Beside a SQLite store's file (MLflow's default is ``./mlruns`` under whatever the working folder is);
+    a tracking server keeps its own."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return (Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlflow-artifacts").resolve().as_uri()
 
 
 def verdict_id(event: dict[str, Any]) -> str:
@@ -37,7 +46,8 @@ class MlflowVerdicts:
 
         self.client = MlflowClient(tracking_uri)
         found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        self.experiment_id = found.experiment_id if found else self.client.create_experiment(
+            experiment, artifact_location=artifact_location(tracking_uri))
 
     def run_of(self, event: dict[str, Any]) -> str | None:
         """The run already logged for this verdict, if any."""

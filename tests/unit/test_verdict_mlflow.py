@@ -5,6 +5,7 @@ verdict service's path to it (final events only, from a worker thread)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,7 @@ def test_a_final_verdict_is_one_run_with_its_tags_metrics_and_event(store_uri):
     assert "error_ratio.shift" not in run.data.metrics and run.data.metrics["error_ratio.n_canary"] == 3
     assert run.data.params["error_ratio.status"] == "insufficient"
     assert mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/verdict.json") == event
+    assert run.info.artifact_uri.startswith(Path(store_uri.removeprefix("sqlite:///")).parent.as_uri())
     # replayed (a restarted service reads the compacted topic again): the same run, not a second one
     assert store.log(final_event()) == run_id
     # a new bake of the same rollout is a new verdict
