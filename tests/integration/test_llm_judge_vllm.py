@@ -46,7 +46,10 @@ def test_rubrics_parse_or_count_and_tokens_are_counted(server):
 
 
 def test_a_timeout_is_a_failed_result_not_an_exception(server):
-    judge = LLMJudge(server.url + "/v1", server.model, timeout_s=0.001, max_retries=1, rubrics=(RELEVANCE,))
+    # The client's timeout bounds each wait on the socket, so a judge that answers before a descheduled client
+    # looks (a loaded CI host) beats even 1 ms: 320 tokens take the server far longer than 50 ms.
+    judge = LLMJudge(server.url + "/v1", server.model, timeout_s=0.05, max_retries=1, rubrics=(RELEVANCE,),
+                     max_tokens=320)
     (r,) = judge.evaluate(SAMPLE)
     assert r.score is None and r.label == "judge_error" and "Timeout" in (r.explanation or "")
     assert judge.usage.failures == 1 and judge.usage.prompt_tokens == 0
