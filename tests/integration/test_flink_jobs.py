@@ -396,10 +396,6 @@ def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it
     assert flink.job_state(stack.layout, jobs.ids["infersight.flink_jobs.normalize.job"]) == "RUNNING"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open bug (#20 note): in the full CI sequence the region's unit cost never reaches Prometheus (2 CI runs of 2 "
-    "on the evening of 2026-12-05, a retry in a fresh window too; it passed in the CI run before); alone this "
-    "module passes (7 of 7, twice). Cause not found."))
 def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, stack):
     """Pods' gauges and cost per deployment (region, model, version, track), per region over deployments and
     per deployment over regions, under their Prometheus names; unit cost joins a deployment's cost with its
