@@ -1,5 +1,5 @@
 """The dashboards and alerts against the real pipeline (issue #19): the simulator's fleet through the gateways,
-normalize, metrics and detect, the sink and Prometheus. A regional slowdown fires the TTFT fast-burn alert, which
+normalize, metrics, detect and canary, the sink and Prometheus. A regional slowdown fires the TTFT fast-burn alert, which
 reaches the webhook through Alertmanager within the alert's documented delay and pages no other region; and every
 panel of every generated dashboard returns data (the incident panels once the detect job has seen the slowdown).
 
@@ -103,6 +103,8 @@ def test_a_regional_slowdown_pages_and_every_panel_has_data(stack, alerting_for_
     jobs.args["infersight.flink_jobs.metrics.job"] += ["--window-stats-topic", stats_topic]
     jobs.args["infersight.flink_jobs.detect.job"] = ["--group-id", f"test-dash-detect-{tag}", "--input-topic",
                                                       stats_topic]
+    # the fleet's canary pods (10 % of each model's traffic) give the rollouts dashboard its verdicts
+    jobs.args["infersight.flink_jobs.canary.job"] = ["--group-id", f"test-dash-canary-{tag}"]
     jobs.start()
     wait_until(jobs.running, 180, "the jobs to run")
     spec = FleetSpec(rate_rps=300.0, day_s=3600.0, perturbations=(
