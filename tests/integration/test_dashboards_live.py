@@ -1,7 +1,8 @@
 """The dashboards and alerts against the real pipeline (issue #19): the simulator's fleet through the gateways,
-normalize, metrics, detect and canary, the sink and Prometheus. A regional slowdown fires the TTFT fast-burn alert, which
-reaches the webhook through Alertmanager within the alert's documented delay and pages no other region; and every
-panel of every generated dashboard returns data (the incident panels once the detect job has seen the slowdown).
+normalize, metrics, detect and canary, the sink and Prometheus. A regional slowdown fires the TTFT fast-burn
+alert, which reaches the webhook through Alertmanager within the alert's documented delay and pages no other
+region; and every panel of every generated dashboard returns data (the incident panels once the detect job has
+seen the slowdown).
 
 About eight minutes: the detect job scores a series only after 30 windows (5 minutes) of history.
 """
