@@ -102,8 +102,9 @@ def _format(value: float, unit: str) -> str:
     return f"{value:,.4g}" + (f" {unit}" if unit not in ("short", "none", "bool", "") else "")
 
 
-def render(prometheus: str, out: Path, minutes: float = 15, folder: Path = OUT) -> list[Path]:
-    """One PNG per dashboard in ``out``; returns their paths."""
+def render(prometheus: str, out: Path, minutes: float = 15, folder: Path = OUT) -> tuple[list[Path], list[str]]:
+    """One PNG per dashboard in ``out``; returns their paths and the panels without data (as ``empty_panels``,
+    from the same queries)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,7 +114,7 @@ def render(prometheus: str, out: Path, minutes: float = 15, folder: Path = OUT) 
     out.mkdir(parents=True, exist_ok=True)
     end = time.time()
     start, step = end - 60 * minutes, max(15, int(60 * minutes / 120))
-    written = []
+    written, empty = [], []
     for d in dashboards(folder):
         panels = d["panels"]
         rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
@@ -136,6 +137,7 @@ def render(prometheus: str, out: Path, minutes: float = 15, folder: Path = OUT) 
             results = [(t, r) for t in p.get("targets", [])
                        for r in query_range(prometheus, t["expr"], start, end, step)]
             if not results:
+                empty.append(f"{d['uid']} / {p.get('title', '')}")
                 ax.text(0.5, 0.5, "No data", ha="center", va="center", color="grey", transform=ax.transAxes)
                 ax.set_xticks([])
                 ax.set_yticks([])
@@ -172,7 +174,7 @@ def render(prometheus: str, out: Path, minutes: float = 15, folder: Path = OUT) 
         fig.savefig(path, dpi=80)
         plt.close(fig)
         written.append(path)
-    return written
+    return written, empty
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,9 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=15, help="time range drawn (default %(default)s)")
     args = parser.parse_args(argv)
     try:
-        for path in render(args.prometheus, args.out, args.minutes) if args.out else []:
-            print(path)
-        empty = empty_panels(args.prometheus, args.minutes)
+        if args.out:
+            written, empty = render(args.prometheus, args.out, args.minutes)
+            for path in written:
+                print(path)
+        else:
+            empty = empty_panels(args.prometheus, args.minutes)
     except OSError as exc:
         print(f"error: cannot query Prometheus at {args.prometheus}: {exc}\n  fix: start the stack "
               "(`bin/infersight up`) or pass --prometheus", file=sys.stderr)

@@ -80,6 +80,12 @@ class _Call:
         if self.ttft_s is None:
             self.ttft_s = (time.perf_counter_ns() - self.t0) / NS
 
+    def see(self, chunk: Any) -> None:
+        """A stream chunk as it arrives: the first one carrying a token stops the TTFT clock."""
+        if self.ttft_s is None and _carries_token(chunk):
+            self.first_token()
+        self.absorb(chunk)
+
     def absorb(self, obj: Any) -> None:
         """A response or a stream chunk: ids, model, finish reasons, usage."""
         self.response_id = getattr(obj, "id", None) or self.response_id
@@ -131,9 +137,7 @@ class _TimedStream:
         call = self._call
         try:
             for chunk in self._stream:
-                if call.ttft_s is None and _carries_token(chunk):
-                    call.first_token()
-                call.absorb(chunk)
+                call.see(chunk)
                 yield chunk
         except BaseException as exc:
             call.end(exc)
@@ -144,9 +148,7 @@ class _TimedStream:
         call = self._call
         try:
             async for chunk in self._stream:
-                if call.ttft_s is None and _carries_token(chunk):
-                    call.first_token()
-                call.absorb(chunk)
+                call.see(chunk)
                 yield chunk
         except BaseException as exc:
             call.end(exc)
