@@ -113,7 +113,7 @@ def test_a_regional_slowdown_pages_and_every_panel_has_data(stack, alerting_for_
     jobs.args["infersight.flink_jobs.detect.job"] = ["--group-id", f"test-dash-detect-{tag}", "--input-topic",
                                                       stats_topic]
     # the fleet's canary pods (10 % of each model's traffic) give the rollouts dashboard its verdicts
-    jobs.args["infersight.flink_jobs.canary.job"] = ["--group-id", f"test-dash-canary-{tag}"]
+    jobs.args["infersight.flink_jobs.canary.job"] = ["--group-id", f"test-dash-canary-{tag}", *jobs.since()]
     jobs.start()
     wait_until(jobs.running, 180, "the jobs to run")
     spec = dataclasses.replace(fleet(TAG, 300.0), perturbations=(
