@@ -29,7 +29,8 @@ from infersight.schemas.topics import DLQ, REQUESTS
 
 
 def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_orderness_s: float,
-          idle_s: float, grace_s: float = 5.0, exactly_once: bool = True, quiet_s: float = 60.0) -> None:
+          idle_s: float, grace_s: float = 5.0, exactly_once: bool = True, quiet_s: float = 60.0,
+          start_ms: int | None = None) -> None:
     from pyflink.common import Types
 
     from infersight.flink_jobs.archive import core
@@ -42,7 +43,7 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
     batches = Types.PICKLED_BYTE_ARRAY()
     # Kafka record timestamps are the requests' end times (normalize writes them): per-partition
     # watermarks in the JVM source.
-    parsed = (env.from_source(kafka_source(brokers, REQUESTS.name, group_id),
+    parsed = (env.from_source(kafka_source(brokers, REQUESTS.name, group_id, start_ms=start_ms),
                               event_time(out_of_orderness_s, idle_s, quiet_s), "requests")
               .flat_map(F.ParseRecord(bucket_ms), output_type=batches).name("parse-requests"))
     # what cannot be parsed or validated: dead letters, never a crash loop
@@ -57,7 +58,7 @@ def build(env, brokers: str, group_id: str, root: str, bucket_s: float, out_of_o
 
 def main(argv: list[str] | None = None) -> None:
     from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
-    from infersight.flink_jobs.common.kafka_io import add_quiet_option
+    from infersight.flink_jobs.common.kafka_io import add_quiet_option, add_start_option
 
     parser = argparse.ArgumentParser(prog="archive", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,11 +72,12 @@ def main(argv: list[str] | None = None) -> None:
                              "read_committed readers get each transaction's records at once, at checkpoints)")
     parser.add_argument("--grace-s", type=float, default=5.0, help="wait past bucket end before writing it")
     add_quiet_option(parser)
+    add_start_option(parser)
     add_jars_option(parser)
     args = parser.parse_args(argv)
     env = execution_environment(args.jars)
     build(env, args.brokers, args.group_id, args.root, args.bucket_s, args.out_of_orderness_s, args.idle_s,
-          args.grace_s, quiet_s=args.quiet_s)
+          args.grace_s, quiet_s=args.quiet_s, start_ms=args.start_ms)
     env.execute(JOB)
 
 

@@ -18,7 +18,8 @@ from infersight.schemas.topics import DLQ, METRICS, REQUESTS, ROLLOUT_VERDICTS
 
 
 def build(env, brokers: str, group_id: str, config: BakeConfig, out_of_orderness_s: float, idle_s: float,
-          quiet_s: float, input_topic: str = REQUESTS.name, verdicts_topic: str = ROLLOUT_VERDICTS.name):
+          quiet_s: float, input_topic: str = REQUESTS.name, verdicts_topic: str = ROLLOUT_VERDICTS.name,
+          start_ms: int | None = None):
     """The job's graph on ``env``; returns the statement set that writes the verdicts (attached to ``env``)."""
     from pyflink.common import Types
     from pyflink.common.serialization import ByteArraySchema
@@ -27,7 +28,7 @@ def build(env, brokers: str, group_id: str, config: BakeConfig, out_of_orderness
     from infersight.flink_jobs.canary import functions as F
     from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source, sql_client_options
 
-    routed = (env.from_source(kafka_source(brokers, input_topic, group_id),
+    routed = (env.from_source(kafka_source(brokers, input_topic, group_id, start_ms=start_ms),
                               event_time(out_of_orderness_s, idle_s, quiet_s), "requests")
               .flat_map(F.Route(), output_type=Types.PICKLED_BYTE_ARRAY()).name("route"))
     (routed.filter(F.is_tag("dlq")).map(F.second, output_type=Types.STRING()).name("dead-letters")
@@ -66,7 +67,7 @@ def build(env, brokers: str, group_id: str, config: BakeConfig, out_of_orderness
 
 def main(argv: list[str] | None = None) -> None:
     from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
-    from infersight.flink_jobs.common.kafka_io import add_quiet_option
+    from infersight.flink_jobs.common.kafka_io import add_quiet_option, add_start_option
 
     defaults = BakeConfig()
     parser = argparse.ArgumentParser(prog="canary", description=__doc__,
@@ -84,13 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-s", type=float, default=30.0, help="a source partition silent this long is idle")
     parser.add_argument("--checkpoint-s", type=float, default=5.0, help="checkpoint interval (events' latency)")
     add_quiet_option(parser)
+    add_start_option(parser)
     add_jars_option(parser)
     args = parser.parse_args(argv)
     config = BakeConfig(bake_s=args.bake_s, interval_s=args.interval_s, alpha=args.alpha, reservoir=args.reservoir)
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, config, args.out_of_orderness_s, args.idle_s, args.quiet_s,
-          args.input_topic, args.verdicts_topic)
+          args.input_topic, args.verdicts_topic, start_ms=args.start_ms)
     env.execute(JOB)
 
 

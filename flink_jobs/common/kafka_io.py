@@ -46,21 +46,32 @@ def sql_client_options(properties: Mapping[str, str] | None = None) -> str:
     return "".join(f",\n'properties.{k}' = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in props.items())
 
 
-def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None):
+def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None, start_ms: int | None = None):
     """A KafkaSource of ``topic``'s values (strings unless ``value_schema``), from the group's committed offsets
-    (the earliest without them), reading only committed records (what an upstream job's checkpoints
-    committed)."""
+    (the earliest without them), or from the first record stamped at or after ``start_ms`` (see
+    ``add_start_option``), reading only committed records (what an upstream job's checkpoints committed). A
+    restore from a checkpoint continues from its offsets either way."""
     from pyflink.common.serialization import SimpleStringSchema
     from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaSource
 
+    start = (KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST) if start_ms is None
+             else KafkaOffsetsInitializer.timestamp(start_ms))
     builder = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
                .set_group_id(group_id)
-               .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+               .set_starting_offsets(start)
                .set_property("isolation.level", "read_committed")  # only committed upstream output
                .set_value_only_deserializer(value_schema or SimpleStringSchema()))
     for key, value in client_properties().items():
         builder.set_property(key, value)
     return builder.build()
+
+
+def add_start_option(parser) -> None:
+    parser.add_argument("--start-ms", type=int, default=None,
+                        help="a fresh start reads each source from its first record stamped at or after this time "
+                             "(epoch ms) instead of the group's committed offsets (the earliest without them): a new "
+                             "deployment that should not reprocess the topics' whole retention. A restore from a "
+                             "checkpoint or savepoint continues from its offsets")
 
 
 def add_quiet_option(parser) -> None:

@@ -14,7 +14,7 @@ from infersight.schemas.topics import ANOMALIES, DLQ, METRICS, WINDOW_STATS
 
 
 def build(env, brokers: str, group_id: str, out_of_orderness_s: float, idle_s: float, quiet_s: float,
-          input_topic: str = WINDOW_STATS.name, exactly_once: bool = True) -> None:
+          input_topic: str = WINDOW_STATS.name, exactly_once: bool = True, start_ms: int | None = None) -> None:
     from pyflink.common import Types
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -24,7 +24,7 @@ def build(env, brokers: str, group_id: str, out_of_orderness_s: float, idle_s: f
 
     dlq_tag = OutputTag("dlq", Types.STRING())
     # the window-stats records' Kafka timestamps are their windows' ends (the metrics job stamps them so)
-    out = (env.from_source(kafka_source(brokers, input_topic, group_id),
+    out = (env.from_source(kafka_source(brokers, input_topic, group_id, start_ms=start_ms),
                            event_time(out_of_orderness_s, idle_s, quiet_s), "window-stats")
            .key_by(F.fleet_key, key_type=Types.STRING())
            .process(F.DetectWindows(dlq_tag), output_type=Types.PICKLED_BYTE_ARRAY()).name("detect"))
@@ -38,7 +38,7 @@ def build(env, brokers: str, group_id: str, out_of_orderness_s: float, idle_s: f
 
 def main(argv: list[str] | None = None) -> None:
     from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
-    from infersight.flink_jobs.common.kafka_io import add_quiet_option
+    from infersight.flink_jobs.common.kafka_io import add_quiet_option, add_start_option
 
     parser = argparse.ArgumentParser(prog="detect", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,11 +52,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-s", type=float, default=30.0, help="a source partition silent this long is idle")
     parser.add_argument("--checkpoint-s", type=float, default=5.0, help="checkpoint interval (events' latency)")
     add_quiet_option(parser)
+    add_start_option(parser)
     add_jars_option(parser)
     args = parser.parse_args(argv)
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
-    build(env, args.brokers, args.group_id, args.out_of_orderness_s, args.idle_s, args.quiet_s, args.input_topic)
+    build(env, args.brokers, args.group_id, args.out_of_orderness_s, args.idle_s, args.quiet_s, args.input_topic,
+          start_ms=args.start_ms)
     env.execute(JOB)
 
 

@@ -29,7 +29,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
           pricing: core.Pricing, exactly_once: bool = True, max_label_values: str = "",
           label_span_s: float = 3600.0, quiet_s: float = 60.0, state_ttl_s: float = 7200.0,
           requests_topic: str = REQUESTS.name, pods_topic: str = PODS.name,
-          window_stats_topic: str = WINDOW_STATS.name) -> None:
+          window_stats_topic: str = WINDOW_STATS.name, start_ms: int | None = None) -> None:
     from pyflink.common import Time, Types
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -50,7 +50,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
         return Types.PICKLED_BYTE_ARRAY()
 
     def source(topic: str, name: str):  # per-partition watermarks from the records' Kafka timestamps
-        return env.from_source(kafka_source(brokers, topic, f"{group_id}-{name}"),
+        return env.from_source(kafka_source(brokers, topic, f"{group_id}-{name}", start_ms=start_ms),
                                event_time(out_of_orderness_s, idle_s, quiet_s), name)
 
     # ---- requests: regional windows, roll-up, cumulative series ----
@@ -112,7 +112,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
 
 def main(argv: list[str] | None = None) -> None:
     from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
-    from infersight.flink_jobs.common.kafka_io import add_quiet_option
+    from infersight.flink_jobs.common.kafka_io import add_quiet_option, add_start_option
 
     parser = argparse.ArgumentParser(prog="metrics", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
                              "reader) at the next checkpoint, so up to this much is on the freshness path "
                              "(the cluster default is 5 s)")
     add_quiet_option(parser)
+    add_start_option(parser)
     add_jars_option(parser)
     args = parser.parse_args(argv)
     env = execution_environment(args.jars)
@@ -155,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     build(env, args.brokers, args.group_id, args.window_s, args.out_of_orderness_s, args.idle_s,
           core.Pricing.load(args.pricing), max_label_values=args.max_label_values,
           label_span_s=args.label_span_s, quiet_s=args.quiet_s, state_ttl_s=args.state_ttl_s,
-          requests_topic=args.requests_topic, pods_topic=args.pods_topic, window_stats_topic=args.window_stats_topic)
+          requests_topic=args.requests_topic, pods_topic=args.pods_topic, window_stats_topic=args.window_stats_topic,
+          start_ms=args.start_ms)
     env.execute(JOB)
 
 

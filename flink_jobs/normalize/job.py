@@ -18,13 +18,16 @@ from infersight.flink_jobs.normalize.span_records import TimeBounds
 from infersight.schemas.topics import DLQ, EVALUATIONS, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
 
 
-def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str]) -> None:
+def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str],
+          start_ms: int | None = None) -> None:
     from pyflink.common import Types, WatermarkStrategy
     from pyflink.table import StreamTableEnvironment
 
     from infersight.flink_jobs.common.kafka_io import kafka_sink, sql_client_options
     from infersight.flink_jobs.normalize import functions as F
 
+    startup = ("'scan.startup.mode' = 'group-offsets', 'properties.auto.offset.reset' = 'earliest'" if start_ms is None
+               else f"'scan.startup.mode' = 'timestamp', 'scan.startup.timestamp-millis' = '{start_ms}'")
     t_env = StreamTableEnvironment.create(env)
     t_env.execute_sql(f"""
         CREATE TABLE otlp_in (
@@ -38,8 +41,7 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
             'properties.bootstrap.servers' = '{brokers}',
             'properties.group.id' = '{group_id}',
             'properties.isolation.level' = 'read_committed',
-            'scan.startup.mode' = 'group-offsets',
-            'properties.auto.offset.reset' = 'earliest',
+            {startup},
             'format' = 'raw'{sql_client_options()}
         )""")
     rows = t_env.to_data_stream(t_env.from_path("otlp_in"))
@@ -55,6 +57,7 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
 
 def main(argv: list[str] | None = None) -> None:
     from infersight.flink_jobs.common.environment import add_jars_option, execution_environment
+    from infersight.flink_jobs.common.kafka_io import add_start_option
 
     parser = argparse.ArgumentParser(prog="normalize", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,12 +69,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint-s", type=float, default=1.0,
                         help="checkpoint interval: read_committed readers see this job's output only at "
                              "checkpoints, so it is on the freshness path (the cluster default is 5 s)")
+    add_start_option(parser)
     add_jars_option(parser)
     args = parser.parse_args(argv)
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, TimeBounds(args.max_future_s, args.max_age_s),
-          args.source_topics.split(","))
+          args.source_topics.split(","), start_ms=args.start_ms)
     env.execute(JOB)
 
 

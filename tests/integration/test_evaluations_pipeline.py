@@ -22,7 +22,7 @@ from infersight.instrumentation.evaluation.worker import EvaluationWorker, Sampl
 from infersight.schemas.quality import PII, REFUSAL
 from infersight.schemas.topics import EVALUATIONS
 from infersight.stack import jobs as flink
-from tests.integration.pipeline_util import request_records, wait_until
+from tests.integration.pipeline_util import request_records, since_now_ms, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def normalize(stack):
     job = flink.submit(stack.layout, "infersight.flink_jobs.normalize.job",
-                       ["--brokers", stack.layout.kafka_bootstrap, "--group-id", f"test-eval-{uuid.uuid4().hex[:8]}"])
+                       ["--brokers", stack.layout.kafka_bootstrap, "--group-id", f"test-eval-{uuid.uuid4().hex[:8]}",
+                        "--start-ms", str(since_now_ms())])
     wait_until(lambda: flink.tasks_running(stack.layout, job), 120, "the normalize job to run")
     yield job
     try:

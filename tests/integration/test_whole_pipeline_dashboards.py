@@ -5,8 +5,8 @@ region; and every panel of every generated dashboard returns data (the incident 
 seen the slowdown).
 
 About eight minutes: the detect job scores a series only after 30 windows (5 minutes) of history. Named to run
-after the other integration modules: each later module's jobs start from the topics' beginning (new consumer
-groups) and would replay this module's 150,000 requests, delaying their own time-bounded checks.
+after the other integration modules, the longest and heaviest last (each module's jobs skip what earlier ones
+left in the topics: ``Jobs.since``).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_a_regional_slowdown_pages_and_every_panel_has_data(stack, alerting_for_
     jobs = Jobs(stack)
     jobs.args["infersight.flink_jobs.metrics.job"] += ["--window-stats-topic", stats_topic]
     jobs.args["infersight.flink_jobs.detect.job"] = ["--group-id", f"test-dash-detect-{tag}", "--input-topic",
-                                                      stats_topic]
+                                                      stats_topic, *jobs.since()]
     # the fleet's canary pods (10 % of each model's traffic) give the rollouts dashboard its verdicts
     jobs.args["infersight.flink_jobs.canary.job"] = ["--group-id", f"test-dash-canary-{tag}", *jobs.since()]
     jobs.start()
