@@ -25,6 +25,7 @@ from infersight.dashboards.common import (
     REQUESTS,
     TTFT,
 )
+from infersight.schemas import canary as C
 from infersight.schemas import pipeline as P
 from infersight.schemas.topics import DLQ
 
@@ -253,6 +254,17 @@ def kafka_alerts() -> list[dict[str, Any]]:
     ]
 
 
+def rollout_alerts() -> list[dict[str, Any]]:
+    return [
+        alert("InfersightCanaryFail", f"max by (model, {C.LABEL_CANARY_VERSION}, region) ({C.PROM_VERDICT}) "
+              f"== {C.VERDICT_CODE['fail']}", CRITICAL,
+              "{{ $labels.model }} {{ $labels.canary_version }} fails its canary in {{ $labels.region }}",
+              "The canary job judged the canary worse than stable beyond its tolerance on a metric (a critical one, "
+              "or at the bake's end): the rollout should stop and roll back (Argo Rollouts / Flagger do it when wired "
+              "to the verdict service; see docs/canary.md)."),
+    ]
+
+
 def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
     """File name -> rule file (Prometheus' format), as the generator writes them."""
     return {
@@ -264,6 +276,7 @@ def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
             {"name": "infersight-slo-alerts", "rules": slo_alerts()},
         ]},
         "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},
+        "rollouts.rules.yml": {"groups": [{"name": "infersight-rollouts", "rules": rollout_alerts()}]},
         "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()},
                                           {"name": "infersight-collectors", "rules": collector_alerts()},
                                           {"name": "infersight-flink", "rules": flink_alerts()},

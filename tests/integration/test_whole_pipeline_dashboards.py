@@ -1,7 +1,8 @@
 """The dashboards and alerts against the real pipeline (issue #19): the simulator's fleet through the gateways,
-normalize, metrics and detect, the sink and Prometheus. A regional slowdown fires the TTFT fast-burn alert, which
-reaches the webhook through Alertmanager within the alert's documented delay and pages no other region; and every
-panel of every generated dashboard returns data (the incident panels once the detect job has seen the slowdown).
+normalize, metrics, detect and canary, the sink and Prometheus. A regional slowdown fires the TTFT fast-burn
+alert, which reaches the webhook through Alertmanager within the alert's documented delay and pages no other
+region; and every panel of every generated dashboard returns data (the incident panels once the detect job has
+seen the slowdown).
 
 About eight minutes: the detect job scores a series only after 30 windows (5 minutes) of history. Named to run
 after the other integration modules, the longest and heaviest last (each module's jobs skip what earlier ones
@@ -111,6 +112,8 @@ def test_a_regional_slowdown_pages_and_every_panel_has_data(stack, alerting_for_
     jobs.args["infersight.flink_jobs.metrics.job"] += ["--window-stats-topic", stats_topic]
     jobs.args["infersight.flink_jobs.detect.job"] = ["--group-id", f"test-dash-detect-{tag}", "--input-topic",
                                                       stats_topic, *jobs.since()]
+    # the fleet's canary pods (10 % of each model's traffic) give the rollouts dashboard its verdicts
+    jobs.args["infersight.flink_jobs.canary.job"] = ["--group-id", f"test-dash-canary-{tag}", *jobs.since()]
     jobs.start()
     wait_until(jobs.running, 180, "the jobs to run")
     spec = dataclasses.replace(fleet(TAG, 300.0), perturbations=(

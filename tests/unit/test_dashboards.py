@@ -80,6 +80,9 @@ def test_deployment_dashboards_have_the_four_variables():
 
 def _known_names() -> set[str]:
     names = set(OTELCOL_NAMES) | set(FLINK_NAMES) | set(KAFKA_NAMES)  # the collectors', Flink's, Kafka's own
+    from infersight.schemas import canary as C
+
+    names |= {C.PROM_VERDICT, C.PROM_FINAL, C.PROM_SHIFT}  # the canary job's gauges
     for o in P.OUTPUTS:
         names.add(o.prometheus)
         if o.kind == "histogram":
