@@ -125,9 +125,22 @@ def handler_for(verdicts: Verdicts) -> type[BaseHTTPRequestHandler]:
 
 
 def follow(brokers: str, topic: str, verdicts: Verdicts, stop: threading.Event,
-           consumer_config: dict[str, str] | None = None) -> None:
-    """Read ``topic`` from its beginning into ``verdicts``; ready at the end offsets seen at start."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+           consumer_config: dict[str, str] | None = None, log: Callable[[str], None] = print,
+           retry_s: float = 2.0) -> None:
+    """Read ``topic`` from its beginning into ``verdicts``, ready at the end offsets seen at start, until ``stop``.
+    A Kafka that is not up yet (the service may start first) or goes away: logged, and read again from the
+    beginning (the compacted topic replays every rollout's latest verdict; fails already announced stay so)."""
+    while not stop.is_set():
+        try:
+            _follow_once(brokers, topic, verdicts, stop, consumer_config)
+        except Exception as exc:  # noqa: BLE001 - a dead reader would leave the service answering stale verdicts
+            log(f"verdicts: reading {topic} failed ({type(exc).__name__}: {exc}); again in {retry_s:.0f} s")
+            stop.wait(retry_s)
+
+
+def _follow_once(brokers: str, topic: str, verdicts: Verdicts, stop: threading.Event,
+                 consumer_config: dict[str, str] | None) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": brokers, "group.id": f"verdict-service-{time.time_ns()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
@@ -147,6 +160,8 @@ def follow(brokers: str, topic: str, verdicts: Verdicts, stop: threading.Event,
             if not verdicts.ready and all(position[p] >= end for p, end in ends.items()):
                 verdicts.ready = True
             msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is not None and msg.error().fatal():
+                raise KafkaException(msg.error())
             if msg is None or msg.error() or msg.key() is None:
                 continue
             position[msg.partition()] = msg.offset() + 1

@@ -46,8 +46,8 @@ def test_rubrics_parse_or_count_and_tokens_are_counted(server):
 
 
 def test_a_timeout_is_a_failed_result_not_an_exception(server):
-    # The client's timeout bounds each wait on the socket, so a judge that answers before a descheduled client
-    # looks (a loaded CI host) beats even 1 ms: 320 tokens take the server far longer than 50 ms.
+    # a deadline on the whole answer: 320 tokens take this server ~0.7 s (the HTTP client's timeout alone, which
+    # bounds each socket wait, let such an answer through under 50 ms and even 1 ms)
     judge = LLMJudge(server.url + "/v1", server.model, timeout_s=0.05, max_retries=1, rubrics=(RELEVANCE,),
                      max_tokens=320)
     (r,) = judge.evaluate(SAMPLE)

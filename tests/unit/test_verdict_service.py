@@ -107,3 +107,21 @@ def test_the_demo_inbox_receives_what_the_webhook_posts():
         assert inbox.summary() == "webhook: canary fail received for m/v2/all"
     finally:
         inbox.close()
+
+
+def test_the_topic_reader_survives_a_kafka_that_is_not_up_yet(monkeypatch):
+    """The stack may start the service before Kafka answers: the reader retries instead of dying (a dead reader
+    left the service up, healthy, and answering nothing)."""
+    from infersight.stack import verdict_service
+
+    stop, tries, logged = threading.Event(), [], []
+
+    def flaky(*_args):
+        tries.append(1)
+        if len(tries) < 3:
+            raise RuntimeError("Connect to ipv4#127.0.0.1:1 failed: Connection refused")
+        stop.set()
+
+    monkeypatch.setattr(verdict_service, "_follow_once", flaky)
+    verdict_service.follow("127.0.0.1:1", "t", Verdicts(), stop, log=logged.append, retry_s=0.01)
+    assert len(tries) == 3 and len(logged) == 2 and "Connection refused" in logged[0]
