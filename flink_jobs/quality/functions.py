@@ -86,8 +86,8 @@ class ReadBatches(ProcessFunction):
 
 
 class QualityWindows(KeyedProcessFunction):
-    """Keyed by (region, model): partials wait in map state (window end ms -> merged partial) until the watermark
-    passes their window, then the key's engine (pickled in value state) closes every due window in order and
+    """Keyed by (region, model): partials wait in map state (window end ms -> (records, merged partial)) until the
+    watermark passes their window, then the key's engine (pickled in value state) closes every due window in order and
     emits ``("event", Row(key, JSON))`` per quality record or drift event and ``("metrics", bytes)`` per window.
     A partial whose window has already closed is late: counted (``late_records``), never fed out of order.
     Every state carries a processing-time TTL (``ttl_s``): a model silent in a region that long loses its
@@ -114,7 +114,8 @@ class QualityWindows(KeyedProcessFunction):
         if end_ms - 1 <= ctx.timer_service().current_watermark() or (last is not None and end_ms <= last):
             self.late.inc(n)
             return
-        self.pending.put(end_ms, merge(self.pending.get(end_ms), partial))
+        waiting_n, waiting = self.pending.get(end_ms) or (0, None)
+        self.pending.put(end_ms, (waiting_n + n, merge(waiting, partial)))
         ctx.timer_service().register_event_time_timer(end_ms - 1)  # the window's last millisecond, as Flink's
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
@@ -124,8 +125,11 @@ class QualityWindows(KeyedProcessFunction):
         raw = self.engine.value()
         state = QualityState(pickle.loads(raw) if raw else None, self.params, self.pinned)
         for end_ms in due:
-            partial = self.pending.get(end_ms)
+            n, partial = self.pending.get(end_ms)
             self.pending.remove(end_ms)
+            if state.last_end is not None and end_ms // 1000 <= state.last_end:  # never fed out of order
+                self.late.inc(n)
+                continue
             outputs, metrics = state.close(end_ms // 1000, partial)
             self.closed.inc()
             for out in outputs:

@@ -68,19 +68,19 @@ def build(env, brokers: str, group_id: str, params: EngineParams, window_s: int,
      .name("quality-metrics").sink_to(kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once))
      .name(METRICS.name))
     records = out.filter(F.is_tag("event")).map(
-        F.second, output_type=Types.ROW_NAMED(["key", "record"], [Types.STRING(), Types.STRING()])).name("records")
+        F.second, output_type=Types.ROW_NAMED(["series", "record"], [Types.STRING(), Types.STRING()])).name("records")
     t_env = StreamTableEnvironment.create(env)
     guarantee = "exactly-once" if exactly_once else "at-least-once"
     t_env.execute_sql(f"""
         CREATE TABLE quality_out (
-            `key` STRING NOT NULL,
+            `series` STRING NOT NULL,
             `record` STRING NOT NULL
         ) WITH (
             'connector' = 'kafka',
             'topic' = '{quality_topic}',
             'properties.bootstrap.servers' = '{brokers}',
             'key.format' = 'raw',
-            'key.fields' = 'key',
+            'key.fields' = 'series',
             'value.format' = 'raw',
             'value.fields-include' = 'EXCEPT_KEY',
             'sink.delivery-guarantee' = '{guarantee}',
