@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from infersight.flink_jobs.common.deadletter import dead_letter, json_of
-from infersight.flink_jobs.common.keys import join_fields, split_fields
+from infersight.flink_jobs.common.keys import join_fields
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
 from infersight.flink_jobs.quality.aggregate import add_evaluations, add_requests, window_end_s
 from infersight.flink_jobs.quality.core import Engine, EngineParams, Series, WindowAggregate
@@ -235,9 +235,3 @@ class QualityState:
         for (name, labels_items), (unit, value, at_ns) in gauges.items():
             batch.gauge(name, unit, dict(labels_items), value, at_ns)
         return batch.serialize()
-
-
-def key_labels(key: str) -> tuple[str, str]:
-    """An engine key as (region, model)."""
-    region, model = split_fields(key)
-    return region, model
