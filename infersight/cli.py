@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a region's OTLP gRPC endpoint (default: the local stack's gateways)")
     p.add_argument("--ledger", help="write what was sent (per series) to this JSON file")
     p.set_defaults(func=cmd_simulate)
-    p = sub.add_parser("jobs", help="submit the Flink jobs (normalize, metrics, archive) that are not running")
+    p = sub.add_parser("jobs", help="submit the Flink jobs (stack/jobs.py JOBS) that are not running")
     stack_opts(p)
     p.add_argument("--stop", "--cancel", dest="stop", action="store_true",
                    help="stop them instead, each with a savepoint (their Kafka transactions commit)")

@@ -30,9 +30,12 @@ LABEL_TOKEN_TYPE = "token_type"  # input, output, cached
 LABEL_QUANTILE = "quantile"
 LABEL_STAT = "stat"  # sum, mean, min, max of a pod gauge over the pods of a deployment, region or all
 LABEL_GPU_TYPE = "gpu_type"
-LABEL_SIGNAL = "signal"  # the detect job's: a window-stats signal (schemas.detection.SIGNALS)
+LABEL_SIGNAL = "signal"  # the detect job's window-stats signal (schemas.detection.SIGNALS); the quality job's drift
+# signal (schemas.quality.DRIFT_SIGNALS)
 LABEL_SCOPE_KIND = "scope_kind"  # series, model_region, region, multi_region, global
 LABEL_KIND = "kind"  # an incident's kind (schemas.detection.INCIDENT_KINDS)
+LABEL_EVALUATOR = "evaluator"  # the quality job's: gen_ai.evaluation.name (schemas.quality names ours)
+LABEL_DISTANCE = "distance"  # the quality job's: kl, js, wasserstein, psi (schemas.quality.DISTANCES)
 # --- pods' gauges and cost: keyed by deployment, and rolled up ---
 # A deployment is a model version on a track in a region (the request series' key without the engine).
 # Roll-ups: region="global" over regions, and model=model_version=track="all" over every deployment, so
@@ -53,6 +56,17 @@ LATE_RECORDS = "infersight.late.records"
 ANOMALY_SCORE = "infersight.detect.anomaly.score"  # gauge per window, while an anomaly lasts
 ANOMALIES = "infersight.detect.anomalies"  # counter of onsets
 OPEN_INCIDENTS = "infersight.detect.incidents.open"  # gauge per window
+# the quality job's (docs/quality.md), gauges per window and series (a deployment: region, model, version, track)
+QUALITY_SCORE = "infersight.quality.score"  # weighted mean score per evaluator (guardrails: the flag rate)
+QUALITY_SCORE_CI_LOW = "infersight.quality.score.ci_low"  # its 95 % interval's bounds
+QUALITY_SCORE_CI_HIGH = "infersight.quality.score.ci_high"
+QUALITY_PASS_RATIO = "infersight.quality.pass.ratio"  # scored evaluators: weighted share passing
+QUALITY_FLAG_RATIO = "infersight.quality.flag.ratio"  # guardrails: weighted share flagged
+QUALITY_SAMPLES = "infersight.quality.samples"  # judged samples behind the estimates (raw, unweighted)
+QUALITY_COMPOSITE = "infersight.quality.composite"  # the composite quality score, 1 best
+DRIFT_DISTANCE = "infersight.quality.drift.distance"  # per drift signal and distance: current vs baseline
+DRIFT_ALARM = "infersight.quality.drift.alarm"  # per drift signal: 1 while its alarm is open
+SCORE_UNIT, SAMPLES_UNIT, DISTANCE_UNIT, ALARM_UNIT = "{score}", "{evaluation}", "{distance}", "{bool}"
 # --- per-window gauges ---
 WINDOW_REQUESTS = "infersight.window.requests"
 WINDOW_ERROR_RATIO = "infersight.window.error.ratio"
@@ -142,6 +156,7 @@ class MetricOutput(NamedTuple):
 
 _KEY = ", ".join(SERIES_LABELS)
 _DEPLOYMENT = ", ".join(DEPLOYMENT_LABELS)
+_EVALUATOR = f"{', '.join(DEPLOYMENT_LABELS)}, {LABEL_EVALUATOR}"
 _LEVELS = (f"per deployment, with roll-ups region=\"{GLOBAL_REGION}\" and "
            f"model=model_version=track=\"{ALL_DEPLOYMENTS}\"")
 OUTPUTS: tuple[MetricOutput, ...] = (
@@ -182,6 +197,32 @@ OUTPUTS: tuple[MetricOutput, ...] = (
                  "The detect job: anomaly onsets, cumulative (signal=\"silent\": a series that stopped)."),
     MetricOutput(OPEN_INCIDENTS, "gauge", "{incident}", f"{LABEL_SCOPE_KIND}, {LABEL_KIND}",
                  "The detect job: incidents open at the window's end, by scope and kind.", per_window=True),
+    # the quality job's (docs/quality.md): per window (--window-s) and deployment, estimates weighted by 1/sample rate
+    MetricOutput(QUALITY_SCORE, "gauge", SCORE_UNIT, _EVALUATOR,
+                 "The quality job: weighted mean score of the evaluator in the window (0..1; a guardrail's is its "
+                 "flag rate).", per_window=True),
+    MetricOutput(QUALITY_SCORE_CI_LOW, "gauge", SCORE_UNIT, _EVALUATOR,
+                 "The quality job: lower bound of the weighted mean's 95 % Student-t interval (two samples or "
+                 "more).", per_window=True),
+    MetricOutput(QUALITY_SCORE_CI_HIGH, "gauge", SCORE_UNIT, _EVALUATOR,
+                 "The quality job: upper bound of the weighted mean's 95 % interval.", per_window=True),
+    MetricOutput(QUALITY_PASS_RATIO, "gauge", "1", _EVALUATOR,
+                 "The quality job: weighted share of judged answers passing (score >= 0.5; <= 0.5 where lower is "
+                 "better); scored evaluators only.", per_window=True),
+    MetricOutput(QUALITY_FLAG_RATIO, "gauge", "1", _EVALUATOR,
+                 "The quality job: weighted share of answers a guardrail flagged; guardrails only.", per_window=True),
+    MetricOutput(QUALITY_SAMPLES, "gauge", SAMPLES_UNIT, _EVALUATOR,
+                 "The quality job: judged results behind the window's estimates (raw count, not weighted).",
+                 per_window=True),
+    MetricOutput(QUALITY_COMPOSITE, "gauge", SCORE_UNIT, _DEPLOYMENT,
+                 "The quality job: composite quality score (0..1, 1 best) of the evaluators present in the window.",
+                 per_window=True),
+    MetricOutput(DRIFT_DISTANCE, "gauge", DISTANCE_UNIT, f"{_DEPLOYMENT}, {LABEL_SIGNAL}, {LABEL_DISTANCE}",
+                 "The quality job: distance of a drift signal's current window set from its baseline (kl and psi "
+                 "in nats, js and the normalised wasserstein in 0..1).", per_window=True),
+    MetricOutput(DRIFT_ALARM, "gauge", ALARM_UNIT, f"{_DEPLOYMENT}, {LABEL_SIGNAL}",
+                 "The quality job: 1 while the drift signal's alarm is open, else 0 (signals measured in the "
+                 "window).", per_window=True),
 )
 _BY_NAME = {o.name: o for o in OUTPUTS}
 

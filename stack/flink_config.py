@@ -47,7 +47,8 @@ def write_conf(conf_dir: Path, overrides: dict[str, Any]) -> Path:
 REPORTED_METRICS = [
     "jobmanager.job:numRestarts,lastCheckpointDuration,lastCheckpointSize,numberOfFailedCheckpoints,"
     "numberOfCompletedCheckpoints,*State",
-    "taskmanager.job.task.operator:pendingRecords,numRecordsIn,numRecordsOut,dead_letters,late_gauges,folded_*",
+    "taskmanager.job.task.operator:pendingRecords,numRecordsIn,numRecordsOut,dead_letters,late_gauges,late_records,"
+    "folded_*",
 ]
 
 

@@ -27,12 +27,14 @@ from infersight.stack import kafka_admin, paths, statefile
 from infersight.stack.errors import StackError
 from infersight.stack.security import java_properties_text, write_private
 
-# job name (as the job sets it) -> module; order matters: normalize feeds metrics and archive, metrics feeds detect.
+# job name (as the job sets it) -> module; order matters: normalize feeds metrics, archive and quality, metrics
+# feeds detect.
 JOBS = {
     "infersight-normalize": "infersight.flink_jobs.normalize.job",
     "infersight-metrics": "infersight.flink_jobs.metrics.job",
     "infersight-archive": "infersight.flink_jobs.archive.job",
     "infersight-detect": "infersight.flink_jobs.detect.job",
+    "infersight-quality": "infersight.flink_jobs.quality.job",
     "infersight-canary": "infersight.flink_jobs.canary.job",
 }
 # what the stack submitted and keeps running (see the module's docstring); job states that end a job

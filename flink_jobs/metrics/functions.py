@@ -11,7 +11,7 @@ from typing import Any
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, ProcessFunction, ProcessWindowFunction
 from pyflink.datastream.functions import AggregateFunction, RuntimeContext
-from pyflink.datastream.state import ListStateDescriptor, StateTtlConfig, ValueStateDescriptor
+from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from infersight.flink_jobs.common.cardinality import DEFAULT_SPAN_MS, GAUGE_LABELS, REQUEST_LABELS, LabelLimiter
 from infersight.flink_jobs.common.keys import (
@@ -22,32 +22,11 @@ from infersight.flink_jobs.common.keys import (
     split_timed_key,
     timed_key,
 )
+from infersight.flink_jobs.common.state_ttl import expiring as _expiring  # the states of series that stopped expire
 from infersight.flink_jobs.metrics import core
 from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats, fact_of, window_of
 from infersight.schemas.topics import PODS, REQUESTS
 from infersight.schemas.units import MS, NS
-
-
-def _expiring(descriptor: ValueStateDescriptor, ttl_s: float) -> ValueStateDescriptor:
-    """The descriptor with a processing-time TTL renewed on every write (``ttl_s`` <= 0: kept forever): the
-    state of a series (or deployment) that stopped is dropped, so keyed state stays bounded however many label
-    values pass through the cardinality bound over time; one that comes back starts its counters over (a reset,
-    which rate() and increase() handle)."""
-    if ttl_s > 0:
-        from pyflink.common import Time
-
-        # Cleanup named explicitly, the default background one off: PyFlink 2.x builds the default's RocksDB
-        # filter with a py4j Duration, and a task manager's Python (thread mode) has no py4j gateway: the task
-        # failed opening its state. Incremental cleanup is what the heap backend does in the background anyway.
-        descriptor.enable_time_to_live(
-            StateTtlConfig.new_builder(Time.milliseconds(int(ttl_s * 1000)))
-            .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
-            .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
-            .disable_cleanup_in_background()
-            .cleanup_incrementally(10, False)
-            .cleanup_full_snapshot()
-            .build())
-    return descriptor
 
 
 class _Folding:

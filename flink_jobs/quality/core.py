@@ -126,8 +126,9 @@ class Engine:
                                        self.params.thresholds.get(name))
                 if m is not None:
                     measured[name] = m
-                if event:
-                    out.append(drift_event(event, s.labels(), m, sd.alarm, window_end, self.params.baseline))
+                if event:  # an alarm may end on a window without a measurement: the event still names its signal
+                    out.append(drift_event(event, s.labels(), m if m is not None else {"signal": name}, sd.alarm,
+                                           window_end, self.params.baseline))
             agg = aggregates.get(s)
             if agg is None:
                 continue

@@ -144,6 +144,31 @@ class SignalDrift:
     day_buckets: dict[int, Histogram] = field(default_factory=dict)
     alarm: Alarm = field(default_factory=Alarm)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A compact pickled form (the quality job keeps engines in keyed state and pickles them every window):
+        the recent windows and the previous-day buckets as one 2-D array each rather than one ``Histogram``
+        object per window, and empty recent windows as their end alone. Exact: counts stay float64."""
+        bins = self.signal.bins
+        full = [(end, h) for end, h in self.recent if h.n or h.counts.any()]
+        return {"signal": self.signal, "params": self.params, "alarm": self.alarm,
+                "recent_ends": np.array([end for end, _ in self.recent], dtype=np.int64),
+                "recent_full": np.array([end for end, _ in full], dtype=np.int64),
+                "recent_counts": np.array([h.counts for _, h in full], dtype=float).reshape(len(full), bins),
+                "recent_n": np.array([h.n for _, h in full], dtype=np.int64),
+                "day_keys": np.array(sorted(self.day_buckets), dtype=np.int64),
+                "day_counts": np.array([self.day_buckets[k].counts for k in sorted(self.day_buckets)],
+                                       dtype=float).reshape(len(self.day_buckets), bins),
+                "day_n": np.array([self.day_buckets[k].n for k in sorted(self.day_buckets)], dtype=np.int64)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.signal, self.params, self.alarm = state["signal"], state["params"], state["alarm"]
+        bins = self.signal.bins
+        full = {int(end): Histogram(counts.copy(), int(n)) for end, counts, n in
+                zip(state["recent_full"], state["recent_counts"], state["recent_n"], strict=True)}
+        self.recent = deque((int(end), full.get(int(end)) or Histogram.empty(bins)) for end in state["recent_ends"])
+        self.day_buckets = {int(k): Histogram(counts.copy(), int(n)) for k, counts, n in
+                            zip(state["day_keys"], state["day_counts"], state["day_n"], strict=True)}
+
     def add_window(self, window_end: int, hist: Histogram) -> None:
         """One window's histogram (window ends in seconds, in order)."""
         self.recent.append((window_end, hist))

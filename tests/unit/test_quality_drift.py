@@ -91,10 +91,10 @@ def test_current_set_grows_until_it_holds_the_minimum_samples():
 
 
 def _feed(engine: Engine, days: float, mean_of, rate_per_window: int = 40, seed: int = 0,
-          series: tuple[Series, ...] = (Series("r1", "m", "v1", "stable"),)) -> list[dict]:
+          series: tuple[Series, ...] = (Series("r1", "m", "v1", "stable"),), start: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
     out = []
-    for end in range(10, int(days * DAY_S) + 1, 10):
+    for end in range(start + 10, start + int(days * DAY_S) + 1, 10):
         aggs = {}
         for s in series:
             ys = np.clip(rng.normal(mean_of(s, end), 0.15, rate_per_window), 0, 1)
@@ -154,3 +154,16 @@ def test_series_past_the_bound_are_counted_not_tracked():
     aggs = {Series(f"r{i}", "m", "v", "stable"): WindowAggregate() for i in range(5)}
     engine.close_window(10, aggs)
     assert len(engine.drift) == 2 and engine.dropped_series == 3
+
+
+def test_an_alarm_ending_without_a_measurement_still_names_its_signal():
+    """The end of an alarm whose baseline went away (no distance in that window) is an event of its signal."""
+    rng = np.random.default_rng(6)
+    pinned = {("r1", "m", SCORE.name): _scores(rng, 20_000, 0.78, sd=0.15)}
+    engine = Engine(EngineParams(baseline="pinned", signals=(SCORE,)), pinned=pinned)
+    out = _feed(engine, 1800 / DAY_S, lambda s, t: 0.60)
+    assert [r["event"] for r in out if r["type"] == "drift"] == ["onset"]
+    engine.pinned = {}
+    out = _feed(engine, 600 / DAY_S, lambda s, t: 0.60, start=1800)
+    (end,) = [r for r in out if r["type"] == "drift"]
+    assert end["event"] == "end" and end["signal"] == SCORE.name and end["value"] is None
