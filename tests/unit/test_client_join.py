@@ -284,3 +284,108 @@ def test_the_schema_names_each_bad_field():
                           ({"start_ns": True}, "start_ns:"), ({"ttft_s": float("inf")}, "ttft_s:")):
         problems = C.problems({**ok, **change})
         assert problems and problems[0].startswith(field), (change, problems)
+
+
+# ---- the Flink functions, on fakes of what they ask of Flink ----
+
+class _State:
+    def __init__(self):
+        self.v = None
+
+    def value(self):
+        return self.v
+
+    def update(self, v):
+        self.v = v
+
+    def clear(self):
+        self.v = None
+
+
+class _Runtime:
+    def __init__(self):
+        self.states, self.counters = {}, {}
+
+    def get_state(self, descriptor):
+        self.states[descriptor.name] = (_State(), descriptor)
+        return self.states[descriptor.name][0]
+
+    def get_metrics_group(self):
+        runtime = self
+
+        class Group:
+            def counter(self, name):
+                class Counter:
+                    n = 0
+
+                    def inc(self, k=1):
+                        self.n += k
+                runtime.counters[name] = Counter()
+                return runtime.counters[name]
+        return Group()
+
+
+class _Ctx:
+    def __init__(self, key=None):
+        self.now, self.timers, self.key = 0, set(), key
+
+    def timer_service(self):
+        ctx = self
+
+        class Timers:
+            def current_processing_time(self):
+                return ctx.now
+
+            def register_processing_time_timer(self, t):
+                ctx.timers.add(t)
+
+            def delete_processing_time_timer(self, t):
+                ctx.timers.discard(t)
+        return Timers()
+
+    def get_current_key(self):
+        return self.key
+
+
+def test_the_join_function_keeps_one_timer_per_waiting_trace_and_clears_what_is_joined_or_expired():
+    from infersight.flink_jobs.metrics import functions as F
+
+    join = F.JoinClientCalls(timeout_ms=10_000, tolerance_ns=int(0.5 * NS))
+    runtime, ctx = _Runtime(), _Ctx()
+    join.open(runtime)
+    state, descriptor = runtime.states["pending"]
+    assert descriptor._ttl_config.get_ttl().to_milliseconds() == 20_000  # the TTL backs the timer up
+    server = _half(C.SERVER, S1, parent=A1, ttft=0.15)
+    ctx.now = 1_000
+    assert list(join.process_element((server["trace_id"], server), ctx)) == [] and ctx.timers == {11_000}
+    ctx.now = 2_000
+    [(key, joined)] = list(join.process_element((server["trace_id"], _half(C.CLIENT, A1, ttft=0.2)), ctx))
+    assert key == J.joined_key(joined) and joined == J.Joined("eu-west-1", "m", 0.2, 0.15)
+    assert state.value() is None and ctx.timers == set()  # joined: nothing waits, no timer left
+
+    lonely = _half(C.CLIENT, A2, model="asked")
+    assert list(join.process_element((lonely["trace_id"], lonely), ctx)) == [] and ctx.timers == {12_000}
+    ctx.timers.clear()  # it fires
+    [(key, client)] = list(join.on_timer(12_000, ctx))
+    assert key == J.unmatched_key(lonely) and client is lonely and state.value() is None and ctx.timers == set()
+    assert (runtime.counters["client_calls_joined"].n, runtime.counters["client_calls_unmatched"].n) == (1, 1)
+
+
+def test_the_totals_function_emits_at_most_once_a_second_stamped_in_order():
+    from infersight.flink_jobs.metrics import functions as F
+
+    cumulate = F.CumulateClient(ttl_s=3600)
+    runtime, ctx = _Runtime(), _Ctx()
+    cumulate.open(runtime)
+    joined = J.Joined("eu-west-1", "m", 0.2, 0.15)
+    ctx.key, ctx.now = J.joined_key(joined), 5_300
+    for _ in range(3):
+        assert cumulate.process_element((ctx.key, joined), ctx) is None  # nothing before the timer
+    assert ctx.timers == {6_000}
+    stamps = []
+    for t in (6_000, 7_000):
+        [encoded] = list(cumulate.on_timer(t, ctx))
+        point = ExportMetricsServiceRequest.FromString(encoded).resource_metrics[0].scope_metrics[0].metrics[0]
+        assert point.histogram.data_points[0].count == 3
+        stamps.append(point.histogram.data_points[0].time_unix_nano)
+    assert stamps[1] > stamps[0]
