@@ -44,7 +44,7 @@ WINDOW_S = 10
 @pytest.fixture(scope="module")
 def jobs(stack, tmp_path_factory):
     j = Jobs(stack, tmp_path_factory.mktemp("archive"))
-    j.args["infersight.flink_jobs.metrics.job"] += ["--client-join-timeout-s", "10"]  # unmatched calls show sooner
+    j.args["infersight.flink_jobs.metrics.job"] += ["--client-join-timeout-s", "20"]  # unmatched calls show sooner
     j.start()
     wait_until(j.running, 120, "the jobs to run")
     yield j
@@ -429,10 +429,10 @@ def test_a_client_call_joins_its_request_and_its_ttft_reaches_prometheus_under_t
                        last_of=lambda: prom(url, f'{{model="{model}"}}'))
     assert count == 1
     upper = next(b for b in M.TTFT_BUCKETS if ttft <= b)
-    assert prom_value(url, f'{name}_bucket{{{here},le="{upper:g}"}}') == 1
+    assert prom_value(url, f'{name}_bucket{{{here},le="{upper:.15g}"}}') == 1
     below = [b for b in M.TTFT_BUCKETS if b < upper]
     if below:
-        assert prom_value(url, f'{name}_bucket{{{here},le="{below[-1]:g}"}}') == 0
+        assert prom_value(url, f'{name}_bucket{{{here},le="{below[-1]:.15g}"}}') == 0
     assert abs(prom_value(url, f"{name}_sum{{{here}}}") - ttft) < 1e-3  # the goal: within 1 ms of the client
     assert [r["metric"]["region"] for r in prom(url, f'{name}_count{{model="{model}"}}')] == [server_region]
     assert prom_value(url, f"{P.prom(P.CLIENT_OUTSIDE_SERVER)}_count{{{here}}}") == 1
