@@ -82,6 +82,10 @@ GPU_SECONDS = "infersight.cost.gpu.time"               # counter, s: GPU-seconds
 COST_USD = "infersight.cost.usd"                       # counter
 IDLE_COST_USD = "infersight.cost.idle.usd"             # counter: each pod's cost x (1 - its GPU utilisation)
 USD_PER_1M_OUTPUT_TOKENS = "infersight.cost.usd_per_1m_output_tokens"  # gauge per window
+# --- the client's view (issue #22): client and server halves of a request joined by trace ---
+CLIENT_TTFT = M.CLIENT_TTFT_METRIC  # histogram per region and model (the server record's), the clients' own values
+CLIENT_OUTSIDE_SERVER = "infersight.client.time_to_first_token.outside_server"  # client TTFT - the record's TTFT
+CLIENT_UNMATCHED = "infersight.client.unmatched"  # counter per model: client calls with no request record joined
 USD = "{USD}"  # the unit of the cost metrics (UCUM has no currency: an annotation; the name says USD)
 
 # The latency distributions of a window: record field -> (OTLP histogram name, bucket boundaries).
@@ -187,6 +191,16 @@ OUTPUTS: tuple[MetricOutput, ...] = (
                  f"Each pod's cost x (1 - its mean GPU utilisation): paid for, not used; {_LEVELS}."),
     MetricOutput(USD_PER_1M_OUTPUT_TOKENS, "gauge", USD, _DEPLOYMENT,
                  f"Window cost / output tokens x 1e6; {_LEVELS}.", per_window=True),
+    MetricOutput(CLIENT_TTFT, "histogram", "s", f"{LABEL_REGION}, {LABEL_MODEL}",
+                 "The clients' own TTFT (infersight.client.ttft on the CLIENT span), each call joined by trace with "
+                 "the request record it called, under that record's region and model; TTFT buckets, classic and "
+                 "native, cumulative."),
+    MetricOutput(CLIENT_OUTSIDE_SERVER, "histogram", "s", f"{LABEL_REGION}, {LABEL_MODEL}",
+                 "Per joined call, client TTFT - the record's TTFT (the edge TTFT with the vLLM plugin): the "
+                 "network both ways and what happens before the app; TTFT buckets, classic and native."),
+    MetricOutput(CLIENT_UNMATCHED, "counter", "{call}", LABEL_MODEL,
+                 "Client calls with no request record of their trace within the join's timeout (model: the "
+                 "client's requested model); never published under a region."),
     MetricOutput(LATE_RECORDS, "counter", "{request}", LABEL_REGION,
                  "Records that missed their window (they go to infersight.late)."),
     # the detect job's (docs/detection.md)

@@ -114,7 +114,15 @@ EVALUATIONS = Topic(
                 "time. Read with schemas.records.parse_batch.",
 )
 
+CLIENT_CALLS = Topic(
+    "infersight.client_calls", "JSON array of client-call records (schemas.client_calls)", "none",
+    partitions=1, retention_ms=7 * DAY_MS, producer="flink normalize job",
+    description="Both ends of a request (issue #22): a client half per CLIENT span carrying infersight.client.ttft, "
+                "a server half per request record whose span has a parent; the metrics job joins them by trace. "
+                "Read with schemas.records.parse_batch.",
+)
+
 ALL_TOPICS: tuple[Topic, ...] = (
     OTLP_SPANS, OTLP_REQUESTS, OTLP_METRICS, REQUESTS, PODS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
-    WINDOW_STATS, EVALUATIONS,
+    WINDOW_STATS, EVALUATIONS, CLIENT_CALLS,
 )

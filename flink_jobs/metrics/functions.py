@@ -23,7 +23,7 @@ from infersight.flink_jobs.common.keys import (
     timed_key,
 )
 from infersight.flink_jobs.common.state_ttl import expiring as _expiring  # the states of series that stopped expire
-from infersight.flink_jobs.metrics import core
+from infersight.flink_jobs.metrics import client_join, core
 from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats, fact_of, window_of
 from infersight.schemas.topics import PODS, REQUESTS
 from infersight.schemas.units import MS, NS
@@ -359,3 +359,106 @@ class WindowStatsRecords:
             out = D.pod_record(key, end_ns, window.stats())
             if out is not None:
                 yield out
+
+
+# ---- the client TTFT join (issue #22): client_join is the pure part ----
+
+class ParseClientCalls(ProcessFunction):
+    """One ``infersight.client_calls`` message -> ``(trace id, half)`` per valid half; a dead letter (side output)
+    for the message when it is not a JSON batch and for each half that breaks the contract."""
+
+    def __init__(self, dlq_tag: Any, topic: str) -> None:
+        self.dlq_tag, self.topic = dlq_tag, topic
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        group = runtime_context.get_metrics_group()
+        self.halves = group.counter("client_call_halves")
+        self.dead = group.counter("dead_letters")
+
+    def process_element(self, value: str, ctx: ProcessFunction.Context):
+        letters: list[str] = []
+        halves = client_join.read_halves(value, letters, self.topic)
+        if letters:
+            self.dead.inc(len(letters))
+            for letter in letters:
+                yield self.dlq_tag, letter
+        self.halves.inc(len(halves))
+        for half in halves:
+            yield half["trace_id"], half
+
+
+class JoinClientCalls(KeyedProcessFunction):
+    """Per trace: its client and server halves joined (``client_join.add``), those that waited ``timeout_ms``
+    expired by a processing-time timer (``client_join.expire``) -> ``(totals key, Joined | unmatched client)``.
+    The state of a trace is cleared (and its timer deleted) once nothing of it waits; a TTL of twice the
+    timeout backs that up. Flink counters: ``client_calls_joined``, ``client_calls_unmatched``,
+    ``server_halves_dropped`` (called requests no instrumented client reported)."""
+
+    def __init__(self, timeout_ms: int, tolerance_ns: int) -> None:
+        self.timeout_ms, self.tolerance_ns = timeout_ms, tolerance_ns
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.state = runtime_context.get_state(_expiring(  # (Pending, timer ms or None)
+            ValueStateDescriptor("pending", Types.PICKLED_BYTE_ARRAY()), 2 * self.timeout_ms / 1000))
+        group = runtime_context.get_metrics_group()
+        self.joined = group.counter("client_calls_joined")
+        self.unmatched = group.counter("client_calls_unmatched")
+        self.dropped = group.counter("server_halves_dropped")
+
+    def _store(self, pending: Any, timer: int | None, ctx: Any) -> None:
+        timers = ctx.timer_service()
+        deadline = pending.deadline(self.timeout_ms) if pending else None
+        if timer is not None and timer != deadline:
+            timers.delete_processing_time_timer(timer)
+        if deadline is None:
+            self.state.clear()
+            return
+        if deadline != timer:
+            timers.register_processing_time_timer(deadline)
+        self.state.update((pending, deadline))
+
+    def _emit(self, outcome: Any):
+        self.joined.inc(len(outcome.joined))
+        self.unmatched.inc(len(outcome.unmatched_clients))
+        self.dropped.inc(outcome.dropped_servers)
+        yield from client_join.publish_items(outcome)
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        pending, timer = self.state.value() or (None, None)
+        pending, outcome = client_join.add(pending, value[1], ctx.timer_service().current_processing_time())
+        self._store(pending, timer, ctx)
+        yield from self._emit(outcome)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        pending, _fired = self.state.value() or (None, None)
+        pending, outcome = client_join.expire(pending, timestamp, self.timeout_ms, self.tolerance_ns)
+        self._store(pending, None, ctx)  # this timer has fired: nothing to delete
+        yield from self._emit(outcome)
+
+
+class CumulateClient(KeyedProcessFunction):
+    """Per totals key (joined: region and model; unmatched: model): running totals -> one OTLP batch at most once
+    a second (a processing-time timer, as ``CountLate``), stamped when emitted and strictly increasing per key.
+    The totals expire after ``ttl_s`` without news (keyed state stays bounded)."""
+
+    def __init__(self, ttl_s: float = 0.0) -> None:
+        self.ttl_s = ttl_s
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.totals = runtime_context.get_state(
+            _expiring(ValueStateDescriptor("client-totals", Types.PICKLED_BYTE_ARRAY()), self.ttl_s))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        totals = self.totals.value() or client_join.Totals(time.time_ns() // MS * MS)
+        self.totals.update(totals.add(value[1]))
+        now_ms = ctx.timer_service().current_processing_time()
+        ctx.timer_service().register_processing_time_timer((now_ms // 1000 + 1) * 1000)  # same second: one timer
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        totals = self.totals.value()
+        if totals is None:
+            return
+        stamp = max(time.time_ns() // MS * MS, totals.last_ns + MS)
+        totals.last_ns = stamp
+        self.totals.update(totals)
+        yield client_join.encode(ctx.get_current_key(), totals, stamp)

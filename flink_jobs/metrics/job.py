@@ -10,6 +10,10 @@ Pod gauges and cost (from a pricing file) roll up per deployment (region, model,
 region over deployments, per deployment over regions and over everything, per window.
 Counters and histograms are cumulative per series (kept in keyed state, so checkpointed), each point
 stamped with its window's end. Sinks are transactional (exactly-once with checkpoints).
+Client calls (issue #22, ``infersight.client_calls``): each client half is joined by trace with the server half
+of the request it called (``client_join``), and the client's TTFT published per region and model (the server
+record's) as ``infersight.client.time_to_first_token``; calls with no request within the timeout are counted
+in ``infersight.client.unmatched``.
 
     python -m infersight.flink_jobs.metrics.job --brokers HOST:PORT --jars URL;URL
 """
@@ -18,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 
-from infersight.flink_jobs.metrics import core
-from infersight.schemas.topics import DLQ, LATE, METRICS, PODS, REQUESTS, WINDOW_STATS
+from infersight.flink_jobs.metrics import client_join, core
+from infersight.schemas.topics import CLIENT_CALLS, DLQ, LATE, METRICS, PODS, REQUESTS, WINDOW_STATS
 from infersight.schemas.units import MS
 
 JOB = core.JOB
@@ -29,8 +33,10 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
           pricing: core.Pricing, exactly_once: bool = True, max_label_values: str = "",
           label_span_s: float = 3600.0, quiet_s: float = 60.0, state_ttl_s: float = 7200.0,
           requests_topic: str = REQUESTS.name, pods_topic: str = PODS.name,
-          window_stats_topic: str = WINDOW_STATS.name, start_ms: int | None = None) -> None:
-    from pyflink.common import Time, Types
+          window_stats_topic: str = WINDOW_STATS.name, start_ms: int | None = None,
+          client_calls_topic: str = CLIENT_CALLS.name, client_timeout_s: float = client_join.DEFAULT_TIMEOUT_S,
+          client_tolerance_s: float = client_join.DEFAULT_TOLERANCE_S) -> None:
+    from pyflink.common import Time, Types, WatermarkStrategy
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
     from pyflink.datastream.window import TumblingEventTimeWindows
@@ -97,8 +103,20 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                 .aggregate(F.SumPair(), F.UnitCost(), accumulator_type=pickled(), output_type=byte_array())
                 .name("unit-cost"))
 
+    # ---- the client's TTFT (issue #22): client and server halves joined per trace, totals per region and model ----
+    halves = (env.from_source(kafka_source(brokers, client_calls_topic, f"{group_id}-client-calls", start_ms=start_ms),
+                              WatermarkStrategy.no_watermarks(), "client-calls")  # processing time: a join, no windows
+              .process(F.ParseClientCalls(OutputTag("dlq", Types.STRING()), client_calls_topic), output_type=pickled())
+              .name("parse-client-calls"))
+    client_out = (halves.key_by(F.first, key_type=Types.STRING())
+                  .process(F.JoinClientCalls(int(client_timeout_s * 1000), int(client_tolerance_s * 1e9)),
+                           output_type=pickled()).name("client-join")
+                  .key_by(F.first, key_type=Types.STRING())
+                  .process(F.CumulateClient(state_ttl_s), output_type=byte_array()).name("client-metrics"))
+
     # ---- dead letters: every batch or item the job cannot parse or validate, never a crash loop ----
-    (groups.get_side_output(dlq_tag).union(pods.get_side_output(OutputTag("dlq", Types.STRING())))
+    (groups.get_side_output(dlq_tag).union(pods.get_side_output(OutputTag("dlq", Types.STRING())),
+                                           halves.get_side_output(OutputTag("dlq", Types.STRING())))
      .sink_to(kafka_sink(brokers, DLQ.name, group_id, exactly_once=exactly_once)).name(DLQ.name))
 
     # ---- window stats for the detect job: one record per series (and deployment) and window ----
@@ -107,7 +125,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
      .name(WINDOW_STATS.name))
 
     metrics_sink = kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once)
-    series_out.union(late_out, pod_out, unit_out).sink_to(metrics_sink).name(METRICS.name)
+    series_out.union(late_out, pod_out, unit_out, client_out).sink_to(metrics_sink).name(METRICS.name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,6 +160,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods-topic", default=PODS.name, help="read pod gauges from this topic")
     parser.add_argument("--window-stats-topic", default=WINDOW_STATS.name,
                         help="write the detectors' window statistics to this topic")
+    parser.add_argument("--client-calls-topic", default=CLIENT_CALLS.name,
+                        help="read the client and server halves of called requests from this topic (issue #22)")
+    parser.add_argument("--client-join-timeout-s", type=float, default=client_join.DEFAULT_TIMEOUT_S,
+                        help="how long a client or server half waits for its other half (processing time); a client "
+                             "call still alone then counts in infersight.client.unmatched. Keyed state holds about "
+                             "(called requests per second x this)")
+    parser.add_argument("--client-join-tolerance-s", type=float, default=client_join.DEFAULT_TOLERANCE_S,
+                        help="clock skew allowed between client and server hosts when a call is joined by time "
+                             "(its request span is not the client span's child)")
     parser.add_argument("--pricing", default=None, help="GPU $/hour JSON (default: the packaged pricing.json)")
     parser.add_argument("--checkpoint-s", type=float, default=2.0,
                         help="checkpoint interval: a closed window's metrics reach the sink (a read_committed "
@@ -157,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
           core.Pricing.load(args.pricing), max_label_values=args.max_label_values,
           label_span_s=args.label_span_s, quiet_s=args.quiet_s, state_ttl_s=args.state_ttl_s,
           requests_topic=args.requests_topic, pods_topic=args.pods_topic, window_stats_topic=args.window_stats_topic,
-          start_ms=args.start_ms)
+          start_ms=args.start_ms, client_calls_topic=args.client_calls_topic,
+          client_timeout_s=args.client_join_timeout_s, client_tolerance_s=args.client_join_tolerance_s)
     env.execute(JOB)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from infersight.flink_jobs.common.deadletter import dead_letter as common_dead_letter
+from infersight.flink_jobs.normalize.client_calls import client_call_outputs
 from infersight.flink_jobs.normalize.evaluations import evaluation_outputs
 from infersight.flink_jobs.normalize.pod_gauges import gauges_from_payload
 from infersight.flink_jobs.normalize.span_records import Rejected, TimeBounds, record_dicts_from_payload
@@ -57,7 +58,8 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
                 yield PODS.name, dump_batch(chunk), max(g["time_ns"] for g in chunk) // MS
             return
         batch = []
-        for item in record_dicts_from_payload(payload, now_ns, bounds):  # records as their to_dict()
+        parents: dict[tuple[str, str], str] = {}  # the records whose span has a parent: client-call server halves
+        for item in record_dicts_from_payload(payload, now_ns, bounds, parents):  # records as their to_dict()
             if isinstance(item, Rejected):
                 yield DLQ.name, dead_letter("; ".join(item.problems), item.problems, topic, partition, offset,
                                             item.span_bytes, item.trace_id), now_ms
@@ -68,6 +70,9 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
         for lo in range(0, len(batch), MAX_BATCH_RECORDS):
             chunk = batch[lo:lo + MAX_BATCH_RECORDS]
             yield REQUESTS.name, dump_batch(chunk), max(r["end_ns"] for r in chunk) // MS
+        yield from client_call_outputs(  # both ends of a request, for the client TTFT join (issue #22)
+            payload, batch, parents, lambda reason, problems, span_bytes, trace_id: dead_letter(
+                reason, problems, topic, partition, offset, span_bytes, trace_id), now_ns, bounds)
         yield from evaluation_outputs(  # judge and guardrail results (issue #17), on their own topic
             payload, lambda reason, problems, trace_id: dead_letter(reason, problems, topic, partition, offset,
                                                                     payload, trace_id), now_ns, bounds)

@@ -1,4 +1,6 @@
 """normalize: request-level OTLP spans -> ``infersight.requests``; pod OTLP metrics -> ``infersight.pods``;
+the two ends of a called request (client spans with ``infersight.client.ttft``, request spans with a parent)
+-> ``infersight.client_calls``;
 anything undecodable or off-contract -> ``infersight.dlq`` with the reason, source topic/partition/offset
 and the raw bytes. The job never stops on bad input.
 
@@ -15,7 +17,7 @@ import argparse
 
 from infersight.flink_jobs.normalize.core import DEFAULT_BOUNDS, JOB
 from infersight.flink_jobs.normalize.span_records import TimeBounds
-from infersight.schemas.topics import DLQ, EVALUATIONS, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
+from infersight.schemas.topics import CLIENT_CALLS, DLQ, EVALUATIONS, OTLP_METRICS, OTLP_REQUESTS, PODS, REQUESTS
 
 
 def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: list[str],
@@ -50,7 +52,7 @@ def build(env, brokers: str, group_id: str, bounds: TimeBounds, source_topics: l
                .name("normalize")
                # element timestamps = event time; the Kafka sinks write them as the records' timestamps
                .assign_timestamps_and_watermarks(WatermarkStrategy.no_watermarks().with_timestamp_assigner(F.EventTime())))
-    for topic in (REQUESTS, PODS, DLQ, EVALUATIONS):
+    for topic in (REQUESTS, PODS, DLQ, EVALUATIONS, CLIENT_CALLS):
         (records.flat_map(F.Select(topic.name), output_type=Types.STRING()).name(f"select-{topic.name}")
          .sink_to(kafka_sink(brokers, topic.name, group_id)).name(topic.name))
 

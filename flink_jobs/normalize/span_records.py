@@ -298,10 +298,13 @@ def _rejected(request: ExportTraceServiceRequest, at: tuple[int, int, int], prob
     return Rejected(problems, single.SerializeToString(), span.trace_id.hex())
 
 
-def record_dicts_from_payload(payload: bytes, now_ns: int, bounds: TimeBounds | None = None
+def record_dicts_from_payload(payload: bytes, now_ns: int, bounds: TimeBounds | None = None,
+                              parents: dict[tuple[str, str], str] | None = None
                               ) -> Iterator[dict[str, Any] | Rejected]:
     """``records_from_payload`` with each record as its ``RequestRecord.to_dict()``, built directly: what
-    the normaliser writes, without a dataclass per request only to turn it back into a dict.
+    the normaliser writes, without a dataclass per request only to turn it back into a dict. With
+    ``parents``, each record whose span has a parent gets ``(trace id, span id) -> parent span id`` there
+    (the client-call join's server half, ``client_calls``).
 
     Raises ``google.protobuf.message.DecodeError`` when the bytes are not an OTLP trace request."""
     bounds = bounds or TimeBounds()
@@ -329,6 +332,8 @@ def record_dicts_from_payload(payload: bytes, now_ns: int, bounds: TimeBounds | 
                     continue
                 result = _record_fields(span, source, attrs, resource, now_ns, bounds)
                 if isinstance(result, dict):
+                    if parents is not None and span.parent_span_id:
+                        parents[(result["trace_id"], result["span_id"])] = span.parent_span_id.hex()
                     yield result
                     continue
                 if request is None:

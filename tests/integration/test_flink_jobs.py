@@ -44,6 +44,7 @@ WINDOW_S = 10
 @pytest.fixture(scope="module")
 def jobs(stack, tmp_path_factory):
     j = Jobs(stack, tmp_path_factory.mktemp("archive"))
+    j.args["infersight.flink_jobs.metrics.job"] += ["--client-join-timeout-s", "20"]  # unmatched calls show sooner
     j.start()
     wait_until(j.running, 120, "the jobs to run")
     yield j
@@ -354,6 +355,92 @@ def test_sdk_telemetry_through_a_gateway_becomes_a_request_record_sampled_or_not
                      if s["trace_id"] == trace_id]
         assert [s["name"] for s in on_requests] == [f"chat {model}"]
         assert sorted(on_traces) == (sorted([f"chat {model}", "queue"]) if sampled else [])
+
+
+def test_a_client_call_joins_its_request_and_its_ttft_reaches_prometheus_under_the_servers_region(jobs, stack):
+    """Issue #22: the real OpenAI client, instrumented, calls (over an httpx transport) a handler instrumented with
+    our SDK under the call's traceparent; client spans go to one region's gateway, server spans to another's. The
+    client's TTFT lands in Prometheus once, in its bucket, under the server's region and model, its sum within
+    1 ms of what the client measured; a call no server reported is counted as unmatched and published under no
+    region."""
+    import json
+
+    import httpx
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from infersight.instrumentation import Instrumentation
+    from infersight.instrumentation.openai_client import OpenAIClientInstrumentor
+    from infersight.schemas import attributes as A
+    from tests.integration.pipeline_util import prom
+
+    server_region, client_region = stack.layout.regions[0], stack.layout.regions[1]
+    url = stack.layout.prometheus_url
+
+    def provider(region: str, service: str) -> TracerProvider:
+        tp = TracerProvider(resource=Resource.create({"service.name": service}))
+        tp.add_span_processor(SimpleSpanProcessor(
+            OTLPSpanExporter(endpoint=stack.layout.otlp_endpoint(region), insecure=True)))
+        return tp
+
+    client_tp, server_tp = provider(client_region, "jobs-test-client"), provider(server_region, "jobs-test-server")
+    measured = InMemorySpanExporter()
+    client_tp.add_span_processor(SimpleSpanProcessor(measured))
+    server = Instrumentation(tracer_provider=server_tp, meter_provider=MeterProvider(), gpu=False)
+    model, lonely = f"client-{uuid.uuid4().hex[:6]}", f"lonely-{uuid.uuid4().hex[:6]}"
+
+    def handler(request):
+        asked = json.loads(request.content)["model"]
+        if asked == model:  # the lonely call's server reports nothing
+            with server.request(model, headers=dict(request.headers)) as req:
+                time.sleep(0.12)
+                req.first_token()
+                req.token()
+                req.usage(input_tokens=3, output_tokens=1)
+                req.finish("stop")
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": asked,
+                 "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+        return httpx.Response(200, content=b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n",
+                              headers={"content-type": "text/event-stream"})
+
+    openai = pytest.importorskip("openai")
+    inst = OpenAIClientInstrumentor(tracer_provider=client_tp, meter_provider=MeterProvider())
+    inst.instrument()
+    try:
+        client = openai.OpenAI(base_url="http://server:8000/v1", api_key="x", max_retries=0,
+                               http_client=httpx.Client(transport=httpx.MockTransport(handler)))
+        for asked in (model, lonely):
+            for _chunk in client.chat.completions.create(model=asked, stream=True,
+                                                         messages=[{"role": "user", "content": "q"}]):
+                pass
+    finally:
+        inst.uninstrument()
+        client_tp.shutdown()
+        server_tp.shutdown()
+    ttft = next(s.attributes[A.CLIENT_TTFT] for s in measured.get_finished_spans()
+                if s.attributes[A.GEN_AI_REQUEST_MODEL] == model)
+
+    name, here = P.prom(P.CLIENT_TTFT), f'region="{server_region}",model="{model}"'
+    count = wait_until(lambda: prom_value(url, f"{name}_count{{{here}}}"), 120, "the client's TTFT in Prometheus",
+                       last_of=lambda: prom(url, f'{{model="{model}"}}'))
+    assert count == 1
+    upper = next(b for b in M.TTFT_BUCKETS if ttft <= b)
+    assert prom_value(url, f'{name}_bucket{{{here},le="{upper:.15g}"}}') == 1
+    below = [b for b in M.TTFT_BUCKETS if b < upper]
+    if below:
+        assert prom_value(url, f'{name}_bucket{{{here},le="{below[-1]:.15g}"}}') == 0
+    assert abs(prom_value(url, f"{name}_sum{{{here}}}") - ttft) < 1e-3  # the goal: within 1 ms of the client
+    assert [r["metric"]["region"] for r in prom(url, f'{name}_count{{model="{model}"}}')] == [server_region]
+    assert prom_value(url, f"{P.prom(P.CLIENT_OUTSIDE_SERVER)}_count{{{here}}}") == 1
+
+    unmatched = P.prom(P.CLIENT_UNMATCHED)
+    assert wait_until(lambda: prom_value(url, f'{unmatched}{{model="{lonely}"}}'), 90, "the lonely call counted") == 1
+    assert prom(url, f'{{__name__=~"{name}.*",model="{lonely}"}}') == []  # never under a region
+    assert prom(url, f'{unmatched}{{model="{model}"}}') == []
 
 
 def test_each_kind_of_bad_input_lands_in_the_dlq_and_the_valid_records_around_it_all_arrive(jobs, stack):

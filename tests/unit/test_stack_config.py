@@ -117,7 +117,7 @@ def test_gateway_sends_request_level_spans_to_their_own_topic_and_record_only_ro
     assert "filter/record_only" in pipes["traces"]["processors"]
     assert "filter/record_only" not in pipes["traces/requests"]["processors"]
     [condition] = cfg["processors"]["filter/request_spans"]["traces"]["span"]
-    for name in (A.E2E, A.VLLM_LATENCY_E2E, "model_name"):  # ours, vLLM's llm_request, Triton's
+    for name in (A.E2E, A.VLLM_LATENCY_E2E, "model_name", A.CLIENT_TTFT):  # ours, vLLM's, Triton's; clients' (#22)
         assert f'attributes["{name}"] == nil' in condition
     assert 'name != "gen_ai.evaluation"' in condition  # late judge results ride on these spans (issue #17)
     assert A.RECORD_ONLY in cfg["processors"]["filter/record_only"]["traces"]["span"][0]
