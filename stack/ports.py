@@ -101,7 +101,24 @@ class PortPlan:
     @classmethod
     def from_dict(cls, data: dict) -> PortPlan:
         gateways = tuple(GatewayPorts(**g) for g in data.pop("gateways"))
-        return cls(**data, gateways=gateways)
+        return cls(**data, gateways=gateways).completed()
+
+    def completed(self) -> PortPlan:
+        """A plan saved before a component existed has 0 for its port (that component would never start): the
+        port its scheme gives it, when every other port is that scheme's (the default ports, or a base port's)."""
+        names = [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), int)]
+        unset = [n for n in names if getattr(self, n) == 0]
+        if not unset:
+            return self
+        schemes = [PortPlan.default(len(self.gateways), self.host)]
+        try:
+            schemes.append(PortPlan.from_base(self.kafka, len(self.gateways), self.host))
+        except StackError:
+            pass
+        for scheme in schemes:
+            if self.gateways == scheme.gateways and all(getattr(self, n) in (0, getattr(scheme, n)) for n in names):
+                return dataclasses.replace(self, **{n: getattr(scheme, n) for n in unset})
+        return self
 
 
 def port_in_use(host: str, port: int) -> bool:

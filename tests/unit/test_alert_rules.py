@@ -146,8 +146,15 @@ def test_the_native_stack_loads_the_rules_and_finds_its_alertmanager(tmp_path):
     done = _promtool_run("check", "config", layout.prometheus_config)  # loads the rule files it names
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("SUCCESS") >= 1 + len(list(RULES.glob("*.yml")))
-    # a plan saved before Alertmanager joined (port 0): no alerting section, no alertmanager component
-    old = PortPlan.from_dict({k: v for k, v in PortPlan.from_base(20000).to_dict().items() if k != "alertmanager"})
+    # a plan saved before Alertmanager (or the verdict service) joined gets its scheme's port when loaded ...
+    saved = {k: v for k, v in PortPlan.from_base(20000).to_dict().items() if k != "alertmanager"}
+    assert PortPlan.from_dict({**saved, "verdicts": 0}) == PortPlan.from_base(20000)
+    default = {**PortPlan.default().to_dict(), "alertmanager": 0, "sink_otlp": 0, "verdicts": 0}
+    assert PortPlan.from_dict(default) == PortPlan.default()
+    # ... and one of no known scheme keeps 0: no alerting section, no alertmanager component
+    odd = {**PortPlan.from_base(20000).to_dict(), "prometheus": 23333, "alertmanager": 0}
+    old = PortPlan.from_dict(odd)
+    assert old.alertmanager == 0
     layout = StackLayout(tmp_path, old)
     layout.write_prometheus_config()
     assert "alerting" not in yaml.safe_load(layout.prometheus_config.read_text())
