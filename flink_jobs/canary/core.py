@@ -39,6 +39,9 @@ VERDICTS = ("pass", "marginal", "fail", "inconclusive")
 NS = 1_000_000_000
 
 
+JUDGED = "judged"  # marks a judge's result (stream.judged_item): it feeds only the sampled metrics
+
+
 @dataclass(frozen=True)
 class BakeConfig:
     bake_s: float = 600.0
@@ -110,11 +113,15 @@ class Bake:
             if not isinstance(end_ns, int) or end_ns < self.start_ns:
                 continue
             track = record.get("track")
+            judged = bool(record.get(JUDGED))  # a judge's result of a sampled request: not traffic itself
             if track not in SIDES:
-                self.untracked += track != "shadow"
+                self.untracked += track != "shadow" and not judged
                 continue
-            self.saw(track, str(record.get("model_version") or ""), str(record.get("region", "")), end_ns)
+            if not judged:
+                self.saw(track, str(record.get("model_version") or ""), str(record.get("region", "")), end_ns)
             for spec in self.config.metrics:
+                if judged and not spec.sample_rate_field:
+                    continue  # a judged result feeds the sampled metrics only
                 value = spec.extract(record)
                 if value is None or not math.isfinite(value):
                     continue

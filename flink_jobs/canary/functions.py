@@ -12,21 +12,26 @@ from pyflink.datastream import FlatMapFunction, KeyedProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
-from infersight.flink_jobs.canary.core import NS, BakeConfig
-from infersight.flink_jobs.canary.stream import DEFAULT_LIMITS, CanaryState, event_json, route
+from infersight.flink_jobs.canary.core import JUDGED, NS, BakeConfig
+from infersight.flink_jobs.canary.stream import DEFAULT_LIMITS, CanaryState, event_json, route, route_evaluations
 from infersight.flink_jobs.common.cardinality import LabelLimiter
 
 NS_PER_MS = 1_000_000
 
 
 class Route(FlatMapFunction):
-    """A requests batch -> ``("records", (key, pickled records))`` per bake key, ``("dlq", letter)``."""
+    """A requests batch (an evaluations batch with ``evaluations``) -> ``("records", (key, pickled records))``
+    per bake key, ``("dlq", letter)``."""
+
+    def __init__(self, evaluations: bool = False) -> None:
+        self.evaluations = evaluations
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.limiter = LabelLimiter(DEFAULT_LIMITS)
 
     def flat_map(self, value: str):
-        keyed, letters = route(value, self.limiter, int(time.time() * 1000))
+        keyed, letters = (route_evaluations if self.evaluations else route)(value, self.limiter,
+                                                                              int(time.time() * 1000))
         for letter in letters:
             yield "dlq", letter
         for key, records in keyed.items():
@@ -50,7 +55,7 @@ class Judge(KeyedProcessFunction):
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         _key, payload = value
         if self.next_look_ms.value() is None:  # no bake running: only a canary can start one
-            canary = [r["end_ns"] for r in pickle.loads(payload) if r.get("track") == "canary"]
+            canary = [r["end_ns"] for r in pickle.loads(payload) if r.get("track") == "canary" and not r.get(JUDGED)]
             if not canary:
                 return
             first_ms = min(canary) // NS_PER_MS + int(self.config.interval_s * 1000)

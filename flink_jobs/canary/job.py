@@ -14,12 +14,12 @@ import argparse
 from infersight.flink_jobs.canary.core import BakeConfig
 from infersight.flink_jobs.canary.reservoir import DEFAULT_CAPACITY
 from infersight.flink_jobs.canary.stream import JOB
-from infersight.schemas.topics import DLQ, METRICS, REQUESTS, ROLLOUT_VERDICTS
+from infersight.schemas.topics import DLQ, EVALUATIONS, METRICS, REQUESTS, ROLLOUT_VERDICTS
 
 
 def build(env, brokers: str, group_id: str, config: BakeConfig, out_of_orderness_s: float, idle_s: float,
           quiet_s: float, input_topic: str = REQUESTS.name, verdicts_topic: str = ROLLOUT_VERDICTS.name,
-          start_ms: int | None = None):
+          start_ms: int | None = None, evaluations_topic: str = EVALUATIONS.name):
     """The job's graph on ``env``; returns the statement set that writes the verdicts (attached to ``env``)."""
     from pyflink.common import Types
     from pyflink.common.serialization import ByteArraySchema
@@ -31,6 +31,11 @@ def build(env, brokers: str, group_id: str, config: BakeConfig, out_of_orderness
     routed = (env.from_source(kafka_source(brokers, input_topic, group_id, start_ms=start_ms),
                               event_time(out_of_orderness_s, idle_s, quiet_s), "requests")
               .flat_map(F.Route(), output_type=Types.PICKLED_BYTE_ARRAY()).name("route"))
+    # the judges' results of the sampled requests (quality score, guardrail flags), into the same bakes
+    results = (env.from_source(kafka_source(brokers, evaluations_topic, f"{group_id}-evaluations", start_ms=start_ms),
+                               event_time(out_of_orderness_s, idle_s, quiet_s), "evaluations")
+               .flat_map(F.Route(evaluations=True), output_type=Types.PICKLED_BYTE_ARRAY()).name("route-evaluations"))
+    routed = routed.union(results)
     (routed.filter(F.is_tag("dlq")).map(F.second, output_type=Types.STRING()).name("dead-letters")
      .sink_to(kafka_sink(brokers, DLQ.name, group_id)).name(DLQ.name))
     judged = (routed.filter(F.is_tag("records"))
@@ -76,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-id", default=JOB)
     parser.add_argument("--input-topic", default=REQUESTS.name)
     parser.add_argument("--verdicts-topic", default=ROLLOUT_VERDICTS.name)
+    parser.add_argument("--evaluations-topic", default=EVALUATIONS.name,
+                        help="judge and guardrail results (the quality score and guardrail flags compared)")
     parser.add_argument("--bake-s", type=float, default=defaults.bake_s, help="bake time from the canary's start")
     parser.add_argument("--interval-s", type=float, default=defaults.interval_s, help="time between looks")
     parser.add_argument("--alpha", type=float, default=defaults.alpha,
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, config, args.out_of_orderness_s, args.idle_s, args.quiet_s,
-          args.input_topic, args.verdicts_topic, start_ms=args.start_ms)
+          args.input_topic, args.verdicts_topic, start_ms=args.start_ms, evaluations_topic=args.evaluations_topic)
     env.execute(JOB)
 
 

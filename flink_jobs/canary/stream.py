@@ -1,19 +1,22 @@
 """The canary job's logic without PyFlink: request batches in, per-key records out (each model's region and
 its overall key), one bake per key that starts when the canary appears, a look every interval, verdict events
-and Prometheus metrics out. Plain state (dicts), kept by the job in keyed state."""
+and Prometheus metrics out. Evaluation batches (``infersight.evaluations``: judge and guardrail results of a
+sampled share) join the same keys as judged items carrying the quality metrics' fields. Plain state (dicts),
+kept by the job in keyed state."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from infersight.flink_jobs.canary.core import ALL_REGIONS, NS, Bake, BakeConfig
+from infersight.flink_jobs.canary.core import ALL_REGIONS, JUDGED, NS, Bake, BakeConfig
 from infersight.flink_jobs.common.cardinality import LabelLimiter
 from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
 from infersight.schemas import canary as C
 from infersight.schemas import pipeline as P
 from infersight.schemas.pipeline import OVERFLOW_VALUE
+from infersight.schemas.quality import GUARDRAILS, RELEVANCE
 from infersight.schemas.records import parse_batch
 
 JOB = "infersight-canary"
@@ -45,6 +48,55 @@ def route(raw: str | bytes, limiter: LabelLimiter, now_ms: int) -> tuple[dict[st
     return out, letters
 
 
+# what an evaluation record becomes for the bake (metrics.DEFAULT_METRICS reads these fields; ``JUDGED`` marks
+# it: a judged result is not a request, so it neither starts a bake nor counts as traffic or for the other metrics)
+QUALITY_SCORE, QUALITY_RATE, GUARDRAIL_FLAGGED = "quality_score", "quality_sample_rate", "guardrail_flagged"
+QUALITY_EVALUATOR = RELEVANCE  # the score compared canary vs stable (every model is judged on it)
+
+
+def judged_item(evaluation: dict[str, Any]) -> dict[str, Any] | None:
+    """An evaluation record as the bake's judged item: the relevance score or a guardrail flag, with its sample
+    rate (the weight is its inverse) and the request's series; None for other evaluators and unusable ones."""
+    name, score, rate = evaluation.get("name"), evaluation.get("score"), evaluation.get("sample_rate")
+    if not isinstance(score, int | float) or isinstance(score, bool) or not isinstance(rate, int | float) \
+            or not 0 < rate <= 1:
+        return None
+    item = {JUDGED: True, "end_ns": evaluation.get("time_ns"), "model": evaluation.get("model"),
+            "model_version": evaluation.get("model_version", ""), "track": evaluation.get("track", ""),
+            "region": evaluation.get("region", ""), QUALITY_RATE: float(rate)}
+    if name == QUALITY_EVALUATOR:
+        return {**item, QUALITY_SCORE: float(score)}
+    if name in GUARDRAILS:
+        return {**item, GUARDRAIL_FLAGGED: score >= 0.5}
+    return None
+
+
+def route_evaluations(raw: str | bytes, limiter: LabelLimiter, now_ms: int
+                      ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """One ``infersight.evaluations`` message -> judged items by bake key, as ``route`` does for requests."""
+    try:
+        batch = parse_batch(raw)
+    except (ValueError, TypeError):
+        return {}, [dead_letter(JOB, "not_json", raw)]
+    out: dict[str, list[dict[str, Any]]] = {}
+    letters = []
+    for evaluation in batch:
+        item = judged_item(evaluation) if isinstance(evaluation, dict) else None
+        if item is None or not isinstance(item["model"], str) or not item["model"] \
+                or not isinstance(item["end_ns"], int) or not isinstance(item["region"], str):
+            if not isinstance(evaluation, dict) or evaluation.get("name") in (QUALITY_EVALUATOR, *GUARDRAILS):
+                letters.append(dead_letter(JOB, "not_an_evaluation_record", json_of(evaluation), problems=[
+                    "an evaluation record needs a model, a region, an integer time_ns, a numeric score and a "
+                    "sample rate in (0, 1]"]))
+            continue  # another evaluator's result: not judged here
+        folded = limiter.fold(item, now_ms)
+        if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
+            continue
+        for region in (item["region"], ALL_REGIONS):
+            out.setdefault(f"{item['model']}{KEY_SEP}{region}", []).append(item)
+    return out, letters
+
+
 class CanaryState:
     """One key's bake (or its final verdict, kept so that the same canary does not start a second bake)."""
 
@@ -59,7 +111,7 @@ class CanaryState:
 
     def feed(self, key: str, records: list[dict[str, Any]]) -> int | None:
         """Add records; the event time (ns) of the next look when a bake runs, else None."""
-        canary = [r for r in records if r.get("track") == "canary"]
+        canary = [r for r in records if r.get("track") == "canary" and not r.get(JUDGED)]
         if self.bake is None:
             versions = {str(r.get("model_version") or "") for r in canary}
             if not canary or (self.final is not None and versions <= {self.final["canary_version"]}):

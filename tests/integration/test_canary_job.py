@@ -7,6 +7,7 @@ verdict as an MLflow run, and a poison message goes to the dead-letter topic whi
 from __future__ import annotations
 
 import json
+import random
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from infersight.demo import WebhookInbox
 from infersight.flink_jobs.canary.stream import JOB
 from infersight.schemas import canary as C
+from infersight.schemas.quality import RELEVANCE
 from infersight.schemas.records import dump_batch
 from infersight.schemas.topics import DLQ, ROLLOUT_VERDICTS
 from infersight.stack import jobs as flink
@@ -60,20 +62,32 @@ def test_a_canary_regression_fails_on_the_verdicts_topic_and_in_prometheus(stack
     wait_until(lambda: service.ready, 60, "the verdict service to read the topic")
     tag = uuid.uuid4().hex[:6]
     model = f"llama-{tag}"
-    topic = f"test-requests-{tag}"
+    topic, results_topic = f"test-requests-{tag}", f"test-evaluations-{tag}"
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a collected client cancels its futures
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    for name in (topic, results_topic):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
 
     start_ns = time.time_ns() - 150 * NS  # 120 s of traffic ending half a minute ago
     batches = canary_records(model, start_ns, 120)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     producer.produce(topic, b"{not json", timestamp=start_ns // 1_000_000)
+    rng = random.Random(7)
     for batch in batches:
         producer.produce(topic, dump_batch(batch).encode(), timestamp=batch_end_ns(batch) // 1_000_000)
+        # a judged tenth of the requests: relevance scores, the canary's worse (infersight.evaluations' records)
+        results = [{"trace_id": r["trace_id"], "span_id": "1" * 16, "time_ns": r["end_ns"] + 20_000_000,
+                    "region": r["region"], "name": RELEVANCE, "sample_rate": 0.1, "label": None, "model": model,
+                    "model_version": r["model_version"], "track": r["track"],
+                    "score": rng.betavariate(6, 4) if r["track"] == "canary" else rng.betavariate(8, 2)}
+                   for r in batch if rng.random() < 0.1]
+        if results:
+            producer.produce(results_topic, dump_batch(results).encode(),
+                             timestamp=max(x["time_ns"] for x in results) // 1_000_000)
     assert producer.flush(60) == 0
 
     job = flink.submit(lay, "infersight.flink_jobs.canary.job",
                        ["--brokers", bootstrap, "--group-id", f"test-canary-{tag}", "--input-topic", topic,
+                        "--evaluations-topic", results_topic,
                         "--bake-s", "240", "--interval-s", "15", "--quiet-s", "20", "--idle-s", "5",
                         "--checkpoint-s", "2"], timeout_s=420)  # the client builds a table env too: slow when busy
     try:
@@ -88,6 +102,8 @@ def test_a_canary_regression_fails_on_the_verdicts_topic_and_in_prometheus(stack
         assert any(m["metric"] in ("ttft_s", "e2e_s", "error_ratio") and m["status"] == "fail"
                    for m in event["metrics"])
         assert event["elapsed_s"] <= 120  # early: within the traffic, before the 240 s bake's end
+        quality = next(m for m in event["metrics"] if m["metric"] == "quality_score")
+        assert quality["n_canary"] > 0 and quality["n_stable"] > 0  # the judges' results reached the bake
         query = f'max_over_time({C.PROM_VERDICT}{{model="{model}"}}[30m])'
         wait_until(lambda: prom_value(lay.prometheus_url, query) == C.VERDICT_CODE["fail"], 90,
                    "the fail verdict's gauge in Prometheus")

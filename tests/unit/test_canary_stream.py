@@ -81,3 +81,59 @@ def test_state_round_trip():
     state.feed("m|us", [rec("canary", 1, 0.1), rec("stable", 1, 0.1)])
     again = CanaryState(pickle.loads(pickle.dumps(state.to_state())), CONFIG)
     assert again.next_look_ns() == state.next_look_ns()
+
+
+def judged(track, end_s, name, score, rate=0.1, model="m", region="us"):
+    """An evaluation record as normalize writes it to infersight.evaluations."""
+    return {"trace_id": "ab" * 16, "span_id": "cd" * 8, "time_ns": int(end_s * NS), "region": region, "name": name,
+            "sample_rate": rate, "score": score, "label": None, "model": model,
+            "model_version": "v2" if track == "canary" else "v1", "track": track}
+
+
+def test_evaluations_route_into_the_same_bakes_as_judged_items_only():
+    from infersight.flink_jobs.canary.stream import route_evaluations
+    from infersight.schemas.quality import FAITHFULNESS, PII, RELEVANCE
+
+    limiter = LabelLimiter({"model": 10, "region": 10})
+    batch = [judged("canary", 1, RELEVANCE, 0.7), judged("stable", 1, PII, 1.0, region="eu"),
+             judged("stable", 1, FAITHFULNESS, 0.9),  # another evaluator: not compared, not a dead letter
+             judged("canary", 1, RELEVANCE, None),  # the judge gave nothing usable
+             {**judged("canary", 1, RELEVANCE, 0.5), "sample_rate": 0}, "x"]
+    keyed, letters = route_evaluations(json.dumps(batch), limiter, 0)
+    assert {k: len(v) for k, v in keyed.items()} == {"m|us": 1, "m|eu": 1, "m|": 2}
+    assert keyed["m|us"][0]["quality_score"] == 0.7 and keyed["m|us"][0]["quality_sample_rate"] == 0.1
+    assert keyed["m|eu"][0]["guardrail_flagged"] is True
+    assert len(letters) == 3 and all(json.loads(x)["reason"] == "not_an_evaluation_record" for x in letters)
+    assert json.loads(route_evaluations(b"{nope", limiter, 0)[1][0])["reason"] == "not_json"
+
+
+def test_judged_results_feed_only_the_quality_metrics_and_never_start_a_bake():
+    from infersight.flink_jobs.canary.stream import route_evaluations
+    from infersight.schemas.quality import REFUSAL, RELEVANCE
+
+    rng = np.random.default_rng(3)
+    limiter = LabelLimiter({"model": 10, "region": 10})
+    state = CanaryState(None, CONFIG)
+    only_judged, _ = route_evaluations(json.dumps([judged("canary", 5, RELEVANCE, 0.5)]), limiter, 0)
+    assert state.feed("m|us", only_judged["m|us"]) is None and state.bake is None  # a result is not traffic
+    event = None
+    for k in range(4):
+        t0 = 10 + k * 30
+        records = [rec("canary", t0 + i * 0.1, float(x)) for i, x in enumerate(rng.lognormal(-2.3, 0.5, 300))]
+        records += [rec("stable", t0 + i * 0.03, float(x)) for i, x in enumerate(rng.lognormal(-2.3, 0.5, 900))]
+        # same latency, but the canary's answers are worse (0.60 vs 0.80) and refused more often
+        scores = [judged("canary", t0 + i * 0.5, RELEVANCE, float(x)) for i, x in enumerate(rng.beta(6, 4, 60))]
+        scores += [judged("stable", t0 + i * 0.2, RELEVANCE, float(x)) for i, x in enumerate(rng.beta(8, 2, 150))]
+        scores += [judged("stable", t0 + i * 0.2, REFUSAL, 0.0) for i in range(150)]
+        items, _ = route_evaluations(json.dumps(scores), limiter, 0)
+        next_ns = state.feed("m|us", records + items["m|us"])
+        while next_ns is not None and next_ns <= (t0 + 30) * NS:
+            event, _ = state.look(next_ns)
+            next_ns = state.next_look_ns()
+    assert event is not None
+    by_metric = {m["metric"]: m for m in event["metrics"]}
+    quality = by_metric["quality_score"]
+    assert event["verdict"] == "fail" and quality["status"] == "fail" and by_metric["ttft_s"]["status"] != "fail"
+    rounds = by_metric["error_ratio"]["n_canary"] / 300  # the results did not count as requests
+    assert rounds >= 1 and quality["n_canary"] == rounds * 60  # effective size of equal weights: the count
+    assert by_metric["guardrail_flag_ratio"]["n_stable"] == rounds * 150
