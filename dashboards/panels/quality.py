@@ -52,8 +52,8 @@ def composite_by_model_version():
     return timeseries_panel(
         "Composite quality by model and version", "The composite score (0..1, 1 best: relevance 0.4, faithfulness "
         "0.3, harmfulness 0.1, each guardrail 0.05, absent ones renormalised away) per model and version, the worst "
-        f"of its regions and tracks in each window. The line: {COMPOSITE_FLOOR:g}, under which answers are worse "
-        "than the simulated healthy fleet's ~0.84 by more than noise.", "percentunit", _score_steps(),
+        f"of its regions and tracks in each window. The line: {COMPOSITE_FLOOR:g} (the simulated healthy fleet "
+        "scores ~0.84: relevance 0.8, 2 % refusals, 0.5 % PII).", "percentunit", _score_steps(),
         query(f"min by ({P.LABEL_MODEL}, {P.LABEL_MODEL_VERSION}) ({COMPOSITE}{sel()})",
               "{{model}} {{model_version}}"))
 
