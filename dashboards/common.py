@@ -59,6 +59,12 @@ KAFKA_NAMES = (KAFKA_MESSAGES_IN, KAFKA_BYTES_IN)
 FLINK_NAMES = (FLINK_JOB_RUNNING, FLINK_RESTARTS, FLINK_CHECKPOINT_DURATION, FLINK_CHECKPOINT_SIZE,
                FLINK_CHECKPOINTS_FAILED, FLINK_CHECKPOINTS_COMPLETED, FLINK_PENDING_RECORDS)
 
+# The quality dashboard's lines and the guardrail alert's bound (docs/dashboards.md). The simulated healthy fleet
+# scores ~0.84 composite, passes ~97 % on relevance and flags ~2 % (refusals) and ~0.5 % (PII).
+COMPOSITE_FLOOR = 0.75
+PASS_RATIO_FLOOR = 0.9
+GUARDRAIL_FLAG_BOUND = 0.1  # a guardrail flagging over 10 % of answers, averaged over 10 minutes
+
 
 def quantile_gauge(field: str) -> str:
     """The metrics job's per-window sketch quantile of a record field (``ttft_s`` ...)."""

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from infersight.dashboards import alertmanager, cost, detection, oncall, pipeline_health, rollouts, rules
+from infersight.dashboards import alertmanager, cost, detection, oncall, pipeline_health, quality, rollouts, rules
 from infersight.dashboards import slo as S
 
 OUT = Path(__file__).with_name("generated")
@@ -43,7 +43,8 @@ def to_yaml(doc: Any) -> str:
 
 def dashboards(config: S.SLOConfig) -> dict[str, Any]:
     """uid -> the dashboard model (the SDK's builders, built)."""
-    built = [oncall.build(config), cost.build(), pipeline_health.build(), detection.build(), rollouts.build()]
+    built = [oncall.build(config), cost.build(), pipeline_health.build(), detection.build(), rollouts.build(),
+             quality.build()]
     return {d.build().uid: d.build() for d in built}
 
 

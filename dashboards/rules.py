@@ -16,6 +16,7 @@ from infersight.dashboards.common import (
     FLINK_JOB_RUNNING,
     FLINK_PENDING_RECORDS,
     FLINK_RESTARTS,
+    GUARDRAIL_FLAG_BOUND,
     KAFKA_JOB,
     KAFKA_MESSAGES_IN,
     OTELCOL_JOB,
@@ -27,6 +28,7 @@ from infersight.dashboards.common import (
 )
 from infersight.schemas import canary as C
 from infersight.schemas import pipeline as P
+from infersight.schemas import quality as Q
 from infersight.schemas.topics import DLQ
 
 RUNBOOK = "docs/runbook.md"
@@ -265,6 +267,42 @@ def rollout_alerts() -> list[dict[str, Any]]:
     ]
 
 
+# -- answer quality (the quality job, docs/quality.md) ----------------------------------------------------------
+DRIFT_ALARM = P.prom(P.DRIFT_ALARM)
+FLAG_RATIO = P.prom(P.QUALITY_FLAG_RATIO)
+QUALITY_SAMPLES = P.prom(P.QUALITY_SAMPLES)
+DRIFT_HELD = "5m"
+# A flag ratio averaged over 10 minutes of windows, only where they hold this many judged results (fewer: a
+# handful of flags is noise, 10 % of 30 answers is 3).
+GUARDRAIL_MIN_SAMPLES = 100
+
+
+def quality_alerts() -> list[dict[str, Any]]:
+    quality_by = f"{P.LABEL_REGION}, {P.LABEL_MODEL}"
+    guard = f'{REGIONAL}, {P.LABEL_EVALUATOR}=~"{"|".join(Q.GUARDRAILS)}"'
+    return [
+        # The job writes the alarm gauge once per window (stamped with its end): last 3 m spans a 60 s window's
+        # lateness, so the alert ends soon after the alarm does.
+        alert("InfersightQualityDrift",
+              f"max by ({quality_by}, {P.LABEL_SIGNAL}) (last_over_time({DRIFT_ALARM}{{{REGIONAL}}}[3m])) == 1",
+              WARNING, "{{ $labels.region }}/{{ $labels.model }}: {{ $labels.signal }} drifted from its baseline",
+              "The quality job's drift alarm is open: the signal's distance from its baseline (previous day, the "
+              "stable track or a pinned reference) is over its threshold with enough samples (docs/quality.md); the "
+              "drift events on infersight.quality say which distance, by how much and since when.",
+              for_=DRIFT_HELD),
+        alert("InfersightGuardrailSurge",
+              f"max by ({quality_by}, {P.LABEL_EVALUATOR}) (avg_over_time({FLAG_RATIO}{{{guard}}}[10m]))\n"
+              f"  > {GUARDRAIL_FLAG_BOUND:g}\nand on ({quality_by}, {P.LABEL_EVALUATOR})\n"
+              f"sum by ({quality_by}, {P.LABEL_EVALUATOR}) (sum_over_time({QUALITY_SAMPLES}{{{guard}}}[10m]))\n"
+              f"  >= {GUARDRAIL_MIN_SAMPLES}", WARNING,
+              "{{ $labels.region }}/{{ $labels.model }}: {{ $labels.evaluator }} flags "
+              "{{ $value | humanizePercentage }} of answers",
+              f"A guardrail flagged more than {GUARDRAIL_FLAG_BOUND:.0%} of the judged answers (the windows' "
+              f"weighted flag rates averaged over 10 minutes, windows holding at least {GUARDRAIL_MIN_SAMPLES} judged "
+              "results) for 5 minutes: leaked PII, a refusal wave, truncated or wrong-language answers.", for_="5m"),
+    ]
+
+
 def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
     """File name -> rule file (Prometheus' format), as the generator writes them."""
     return {
@@ -277,6 +315,7 @@ def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
         ]},
         "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},
         "rollouts.rules.yml": {"groups": [{"name": "infersight-rollouts", "rules": rollout_alerts()}]},
+        "quality.rules.yml": {"groups": [{"name": "infersight-quality", "rules": quality_alerts()}]},
         "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()},
                                           {"name": "infersight-collectors", "rules": collector_alerts()},
                                           {"name": "infersight-flink", "rules": flink_alerts()},

@@ -38,6 +38,10 @@ QUERIES = {
     "errors": f"sum by ({_BY}) ({_ERR_RATIO} * {_REQS}) / {_WINDOW}",
     "ttft_p99": _p99("ttft_s"),
     "itl_p99": _p99("itl_p99_s"),
+    # the quality job's composite score (0..1, 1 best) of the worse track, from its newest window (once a minute by
+    # default); rows of a model nobody judges show "-"
+    "quality": f"min by ({_BY}) (last_over_time({P.prom(P.QUALITY_COMPOSITE)}"
+               f'{{{P.LABEL_MODEL}!="{P.ALL_DEPLOYMENTS}"}}[5m]))',
 }
 # The region roll-up of the pod gauges and cost (model=model_version=track="all"): the per-deployment series
 # and the roll-up share the name, so a query without the selector would count each pod twice.
@@ -59,6 +63,9 @@ REGION_QUERIES = {
 # incidents the detect job has open now, by scope and kind (its gauge comes once per window)
 INCIDENTS = (f"sum by ({P.LABEL_SCOPE_KIND}, {P.LABEL_KIND}) "
              f"(last_over_time({P.prom(P.OPEN_INCIDENTS)}[1m])) > 0")
+# the quality job's drift alarms open now, per region, model and signal (any version or track)
+DRIFT_ALARMS = (f"max by ({_BY}, {P.LABEL_SIGNAL}) "
+                f"(last_over_time({P.prom(P.DRIFT_ALARM)}[2m])) > 0")
 # the canary job's current verdict per rollout (its gauge comes once per look) and whether it is final
 _ROLLOUT_BY = f"{P.LABEL_MODEL}, {C.LABEL_CANARY_VERSION}, {P.LABEL_REGION}"
 VERDICTS = f"max by ({_ROLLOUT_BY}) (last_over_time({C.PROM_VERDICT}[2m]))"
@@ -70,6 +77,7 @@ class Snapshot:
     rows: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     regions: dict[str, dict[str, float]] = field(default_factory=dict)
     incidents: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope kind, kind) -> open now
+    drifts: set[tuple[str, str, str]] = field(default_factory=set)  # (region, model, signal) alarming now
     # (model, canary version, region) -> (verdict, final)
     verdicts: dict[tuple[str, str, str], tuple[str, bool]] = field(default_factory=dict)
     error: str = ""
@@ -93,6 +101,10 @@ def snapshot(prom_url: str) -> Snapshot:
             labels = series["metric"]
             snap.incidents[(labels.get(P.LABEL_SCOPE_KIND, "?"), labels.get(P.LABEL_KIND, "?"))] = \
                 int(float(series["value"][1]))
+        for series in query(prom_url, DRIFT_ALARMS):
+            labels = series["metric"]
+            snap.drifts.add((labels.get(P.LABEL_REGION, "?"), labels.get(P.LABEL_MODEL, "?"),
+                             labels.get(P.LABEL_SIGNAL, "?")))
         finals = {_rollout(s["metric"]): float(s["value"][1]) >= 1 for s in query(prom_url, FINALS)}
         for series in query(prom_url, VERDICTS):
             code = int(float(series["value"][1]))
@@ -122,6 +134,15 @@ def verdict_line(verdicts: dict[tuple[str, str, str], tuple[str, bool]]) -> str:
     return "canary verdicts: " + "; ".join(entries) if entries else ""
 
 
+def drift_line(drifts: set[tuple[str, str, str]]) -> str:
+    """The open drift alarms, per region and model, their signals."""
+    by_series: dict[tuple[str, str], list[str]] = {}
+    for region, model, signal in sorted(drifts):
+        by_series.setdefault((region, model), []).append(signal)
+    entries = [f"{region}/{model} {', '.join(signals)}" for (region, model), signals in by_series.items()]
+    return f"[bold yellow]drift alarms: {'; '.join(entries)}[/bold yellow]" if entries else ""
+
+
 def _fmt(value: float | None, unit: str = "", scale: float = 1.0, digits: int = 0) -> str:
     if value is None or math.isnan(value) or math.isinf(value):
         return "-"
@@ -131,8 +152,8 @@ def _fmt(value: float | None, unit: str = "", scale: float = 1.0, digits: int = 
 def table(snap: Snapshot, prom_url: str, status: str = "") -> Table:
     t = Table(title=f"infersight live — Prometheus {prom_url}", caption=status or None, caption_justify="left")
     for name, justify in (("region", "left"), ("model", "left"), ("req/s", "right"), ("TTFT p99", "right"),
-                          ("ITL p99", "right"), ("errors", "right"), ("queue", "right"), ("KV cache", "right"),
-                          ("$/1M tok", "right"), ("fresh", "right")):
+                          ("ITL p99", "right"), ("errors", "right"), ("quality", "right"), ("queue", "right"),
+                          ("KV cache", "right"), ("$/1M tok", "right"), ("fresh", "right")):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     order = sorted(snap.rows, key=lambda k: (k[0] == P.GLOBAL_REGION, k[0], k[1]))
     last_region = None
@@ -143,11 +164,12 @@ def table(snap: Snapshot, prom_url: str, status: str = "") -> Table:
         err = r.get("errors", 0.0) / rps if rps else None
         t.add_row(region if region != last_region else "", model, _fmt(rps, digits=0),
                   _fmt(r.get("ttft_p99"), " ms", 1000), _fmt(r.get("itl_p99"), " ms", 1000, 1),
-                  _fmt(err, " %", 100, 2), _fmt(g.get("queue")), _fmt(g.get("kv"), " %", 100),
+                  _fmt(err, " %", 100, 2), _fmt(r.get("quality"), digits=2), _fmt(g.get("queue")),
+                  _fmt(g.get("kv"), " %", 100),
                   _fmt(g.get("usd_per_1m"), "", 1, 2), _fmt(g.get("freshness_s"), " s"),
                   end_section=False)
         last_region = region
-    lines = [verdict_line(snap.verdicts)]
+    lines = [drift_line(snap.drifts), verdict_line(snap.verdicts)]
     if snap.incidents:
         opened = ", ".join(f"{kind} ({scope}) x{n}" for (scope, kind), n in sorted(snap.incidents.items()))
         lines.insert(0, f"[bold red]open incidents: {opened}[/bold red]")

@@ -1,8 +1,8 @@
-"""The dashboards and alerts against the real pipeline (issue #19): the simulator's fleet through the gateways,
-normalize, metrics, detect and canary, the sink and Prometheus. A regional slowdown fires the TTFT fast-burn
-alert, which reaches the webhook through Alertmanager within the alert's documented delay and pages no other
-region; and every panel of every generated dashboard returns data (the incident panels once the detect job has
-seen the slowdown).
+"""The dashboards and alerts against the real pipeline (issue #19): the simulator's fleet (5 % of its requests
+judged) through the gateways, normalize, metrics, detect, canary and quality, the sink and Prometheus. A regional
+slowdown fires the TTFT fast-burn alert, which reaches the webhook through Alertmanager within the alert's
+documented delay and pages no other region; and every panel of every generated dashboard returns data (the
+incident panels once the detect job has seen the slowdown, the quality panels from the judged share).
 
 About eight minutes: the detect job scores a series only after 30 windows (5 minutes) of history. Named to run
 after the other integration modules, the longest and heaviest last (each module's jobs skip what earlier ones
@@ -48,6 +48,8 @@ OBJECTIVE = 0.999  # so that the fast burn (1 h window) can fire within the test
 # history in that window and a third of the slowed requests bad, after ~15 s of slow traffic; then the pipeline's
 # freshness bound (45 s), two rule evaluations (15 s each), Alertmanager's group wait (10 s) and our polling.
 PAGE_WITHIN_S = 10 + 45 + 2 * 15 + 10 + 60
+JUDGE_RATE = 0.05  # 15 judged requests/s at 300 requests/s: every region, model and track judged in each window
+QUALITY_WINDOW_S = 10
 
 
 class _Webhook(BaseHTTPRequestHandler):
@@ -114,9 +116,14 @@ def test_a_regional_slowdown_pages_and_every_panel_has_data(stack, alerting_for_
                                                       stats_topic, *jobs.since()]
     # the fleet's canary pods (10 % of each model's traffic) give the rollouts dashboard its verdicts
     jobs.args["infersight.flink_jobs.canary.job"] = ["--group-id", f"test-dash-canary-{tag}", *jobs.since()]
+    # the judged share of the fleet gives the quality dashboard its scores; 10 s windows and the stable track as the
+    # canary's baseline give drift distances within minutes (the default baseline is the previous day)
+    jobs.args["infersight.flink_jobs.quality.job"] = ["--group-id", f"test-dash-quality-{tag}", "--window-s",
+                                                       str(QUALITY_WINDOW_S), "--baseline", "stable_track",
+                                                       *jobs.since()]
     jobs.start()
     wait_until(jobs.running, 180, "the jobs to run")
-    spec = dataclasses.replace(fleet(TAG, 300.0), perturbations=(
+    spec = dataclasses.replace(fleet(TAG, 300.0), judge_rate=JUDGE_RATE, perturbations=(
         Perturbation("slow", at_s=WARMUP_S, duration_s=SLOW_FOR_S, magnitude=MAGNITUDE, region=SLOWED_REGION),))
     sim = Simulator(spec, endpoints_of(stack), seed=5).start()
     started = time.monotonic()
