@@ -23,10 +23,9 @@ def build(env, brokers: str, group_id: str, config: BakeConfig, out_of_orderness
     """The job's graph on ``env``; returns the statement set that writes the verdicts (attached to ``env``)."""
     from pyflink.common import Types
     from pyflink.common.serialization import ByteArraySchema
-    from pyflink.table import StreamTableEnvironment
 
     from infersight.flink_jobs.canary import functions as F
-    from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source, sql_client_options
+    from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source, keyed_sink
 
     routed = (env.from_source(kafka_source(brokers, input_topic, group_id, start_ms=start_ms),
                               event_time(out_of_orderness_s, idle_s, quiet_s), "requests")
@@ -47,27 +46,7 @@ def build(env, brokers: str, group_id: str, config: BakeConfig, out_of_orderness
      .name(METRICS.name))
     verdicts = judged.filter(F.is_tag("verdict")).map(
         F.second, output_type=Types.ROW_NAMED(["rollout", "event"], [Types.STRING(), Types.STRING()])).name("verdicts")
-    t_env = StreamTableEnvironment.create(env)
-    t_env.execute_sql(f"""
-        CREATE TABLE verdicts_out (
-            `rollout` STRING NOT NULL,
-            `event` STRING NOT NULL
-        ) WITH (
-            'connector' = 'kafka',
-            'topic' = '{verdicts_topic}',
-            'properties.bootstrap.servers' = '{brokers}',
-            'key.format' = 'raw',
-            'key.fields' = 'rollout',
-            'value.format' = 'raw',
-            'value.fields-include' = 'EXCEPT_KEY',
-            'sink.delivery-guarantee' = 'exactly-once',
-            'sink.transactional-id-prefix' = '{group_id}-{verdicts_topic}',
-            'properties.transaction.timeout.ms' = '600000'{sql_client_options()}
-        )""")
-    statements = t_env.create_statement_set()
-    statements.add_insert("verdicts_out", t_env.from_data_stream(verdicts))
-    statements.attach_as_datastream()
-    return statements
+    return keyed_sink(env, verdicts, "verdicts_out", brokers, verdicts_topic, group_id, "rollout", "event")
 
 
 def main(argv: list[str] | None = None) -> None:

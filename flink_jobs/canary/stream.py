@@ -40,12 +40,18 @@ def route(raw: str | bytes, limiter: LabelLimiter, now_ms: int) -> tuple[dict[st
             letters.append(dead_letter(JOB, "not_a_request_record", json_of(item),
                                        problems=["a request record needs a model, a region and an integer end_ns"]))
             continue
-        folded = limiter.fold(item, now_ms)
-        if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
-            continue
-        for region in (item.get("region", ""), ALL_REGIONS):
-            out.setdefault(f"{item['model']}{KEY_SEP}{region}", []).append(item)
+        _add_keyed(out, item, limiter, now_ms)
     return out, letters
+
+
+def _add_keyed(out: dict[str, list[dict[str, Any]]], item: dict[str, Any], limiter: LabelLimiter,
+               now_ms: int) -> None:
+    """``item`` under its model's region key and overall key, unless its model or region is folded."""
+    folded = limiter.fold(item, now_ms)
+    if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
+        return
+    for region in (item.get("region", ""), ALL_REGIONS):
+        out.setdefault(f"{item['model']}{KEY_SEP}{region}", []).append(item)
 
 
 # what an evaluation record becomes for the bake (metrics.DEFAULT_METRICS reads these fields; ``JUDGED`` marks
@@ -89,11 +95,7 @@ def route_evaluations(raw: str | bytes, limiter: LabelLimiter, now_ms: int
                     "an evaluation record needs a model, a region, an integer time_ns, a numeric score and a "
                     "sample rate in (0, 1]"]))
             continue  # another evaluator's result: not judged here
-        folded = limiter.fold(item, now_ms)
-        if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
-            continue
-        for region in (item["region"], ALL_REGIONS):
-            out.setdefault(f"{item['model']}{KEY_SEP}{region}", []).append(item)
+        _add_keyed(out, item, limiter, now_ms)
     return out, letters
 
 

@@ -66,6 +66,37 @@ def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None, sta
     return builder.build()
 
 
+def keyed_sink(env, rows, table: str, brokers: str, topic: str, deployment: str, key: str, value: str,
+               exactly_once: bool = True):
+    """Writes ``rows`` (a stream of ``Row(key, value)`` strings, named ``key`` and ``value``) to ``topic`` with
+    ``key`` as the Kafka record key, through the SQL Kafka table ``table``: the DataStream KafkaSink cannot take
+    a key from a field in PyFlink. Returns the statement set, attached to ``env``'s graph."""
+    from pyflink.table import StreamTableEnvironment
+
+    t_env = StreamTableEnvironment.create(env)
+    guarantee = "exactly-once" if exactly_once else "at-least-once"
+    t_env.execute_sql(f"""
+        CREATE TABLE {table} (
+            `{key}` STRING NOT NULL,
+            `{value}` STRING NOT NULL
+        ) WITH (
+            'connector' = 'kafka',
+            'topic' = '{topic}',
+            'properties.bootstrap.servers' = '{brokers}',
+            'key.format' = 'raw',
+            'key.fields' = '{key}',
+            'value.format' = 'raw',
+            'value.fields-include' = 'EXCEPT_KEY',
+            'sink.delivery-guarantee' = '{guarantee}',
+            'sink.transactional-id-prefix' = '{deployment}-{topic}',
+            'properties.transaction.timeout.ms' = '600000'{sql_client_options()}
+        )""")
+    statements = t_env.create_statement_set()
+    statements.add_insert(table, t_env.from_data_stream(rows))
+    statements.attach_as_datastream()
+    return statements
+
+
 def add_start_option(parser) -> None:
     parser.add_argument("--start-ms", type=int, default=None,
                         help="a fresh start reads each source from its first record stamped at or after this time "

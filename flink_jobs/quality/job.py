@@ -36,14 +36,13 @@ def build(env, brokers: str, group_id: str, params: EngineParams, window_s: int,
     from pyflink.common import Types
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
-    from pyflink.table import StreamTableEnvironment
 
     from infersight.flink_jobs.common.cardinality import limits_of
     from infersight.flink_jobs.common.kafka_io import (
         event_time,
         kafka_sink,
         kafka_source,
-        sql_client_options,
+        keyed_sink,
     )
     from infersight.flink_jobs.quality import functions as F
     from infersight.flink_jobs.quality.stream import LABELS
@@ -69,28 +68,7 @@ def build(env, brokers: str, group_id: str, params: EngineParams, window_s: int,
      .name(METRICS.name))
     records = out.filter(F.is_tag("event")).map(
         F.second, output_type=Types.ROW_NAMED(["series", "record"], [Types.STRING(), Types.STRING()])).name("records")
-    t_env = StreamTableEnvironment.create(env)
-    guarantee = "exactly-once" if exactly_once else "at-least-once"
-    t_env.execute_sql(f"""
-        CREATE TABLE quality_out (
-            `series` STRING NOT NULL,
-            `record` STRING NOT NULL
-        ) WITH (
-            'connector' = 'kafka',
-            'topic' = '{quality_topic}',
-            'properties.bootstrap.servers' = '{brokers}',
-            'key.format' = 'raw',
-            'key.fields' = 'series',
-            'value.format' = 'raw',
-            'value.fields-include' = 'EXCEPT_KEY',
-            'sink.delivery-guarantee' = '{guarantee}',
-            'sink.transactional-id-prefix' = '{group_id}-{quality_topic}',
-            'properties.transaction.timeout.ms' = '600000'{sql_client_options()}
-        )""")
-    statements = t_env.create_statement_set()
-    statements.add_insert("quality_out", t_env.from_data_stream(records))
-    statements.attach_as_datastream()
-    return statements
+    return keyed_sink(env, records, "quality_out", brokers, quality_topic, group_id, "series", "record", exactly_once)
 
 
 def engine_params(args: argparse.Namespace) -> EngineParams:
