@@ -18,7 +18,8 @@ def build(config: S.SLOConfig):
     dash = dash.annotation(detection.incident_annotation())
     return compose(dash, [
         ("Health by region", [health.request_rate(), health.error_ratio(config),
-                              health.ttft_p99(config), health.itl_p99()]),
+                              health.ttft_p99(config), health.client_ttft_p99(config),
+                              health.itl_p99()]),
         ("SLOs and error budgets", [health.availability(config),
                                     slo_panels.budget_remaining(config, "ttft", "TTFT"),
                                     slo_panels.budget_remaining(config, "errors", "Availability"),

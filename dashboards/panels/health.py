@@ -18,6 +18,7 @@ from infersight.dashboards.common import (
 from infersight.schemas import pipeline as P
 
 P99 = f'{P.LABEL_QUANTILE}="0.99"'
+CLIENT_TTFT, CLIENT_GAP = P.prom(P.CLIENT_TTFT), P.prom(P.CLIENT_OUTSIDE_SERVER)
 
 
 def request_rate():
@@ -51,6 +52,23 @@ def ttft_p99(config: S.SLOConfig):
         thresholds((None, "green"), (line, "red")),
         query(_regional_p99(TTFT), "{{region}}"),
         query(f"max by (region) ({quantile_gauge('ttft_s')}{sel(P99)})", "worst window {{region}}", ref="B"))
+
+
+def client_ttft_p99(config: S.SLOConfig):
+    line = config.default.ttft_threshold_s
+    # clients know neither version nor track: their series carry the server record's region and model only
+    clients = sel(f'{P.LABEL_MODEL}=~"$model"', deployment=False)
+    return timeseries_panel(
+        "TTFT p99 as clients feel it vs the server's", "p99 of the instrumented clients' own TTFT (the call to the "
+        "first token's chunk, joined to its request by trace), the server's edge TTFT of the same region, and "
+        "the part outside any server timer (client TTFT - the request's TTFT: the client's send, the network, "
+        f"the server's event loop before the app). The red line: the default SLO threshold ({line * 1000:g} ms).",
+        "s", thresholds((None, "green"), (line, "red")),
+        query(f"histogram_quantile(0.99, sum by (region) (rate({CLIENT_TTFT}{clients}[$__rate_interval])))",
+              "client {{region}}"),
+        query(_regional_p99(TTFT), "server {{region}}", ref="B"),
+        query(f"histogram_quantile(0.99, sum by (region) (rate({CLIENT_GAP}{clients}[$__rate_interval])))",
+              "outside the server {{region}}", ref="C"))
 
 
 def itl_p99():
