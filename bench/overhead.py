@@ -8,7 +8,11 @@ Measures CPU time (process_time) per request:
 - the plain SDK doing the same work: the same six spans through ``tracer.start_as_current_span`` with
   the same attributes, and the same seven histogram records;
 - ours with the trace sampled out (metrics and the per-request record still produced);
-- per token: one ``req.token()`` call (loop overhead included).
+- per token: one ``req.token()`` call (loop overhead included);
+- evaluation beside serving (issue #17): the serving thread's own CPU (``thread_time``) for a traced request
+  that hands its answer to an ``EvaluationWorker`` (1 % sampled, the guardrail checks in the worker thread) over
+  the same request without it, in alternating rounds; ``submit`` alone when not sampled and when the queue is
+  full (a stuck evaluator), and the longest ``submit`` seen with the queue full (it must never wait).
 Both span pipelines end in a BatchSpanProcessor with an exporter that drops everything, so the export
 thread's work is part of the process CPU measured. Not a test: figures go to the results file.
 
@@ -195,6 +199,90 @@ def per_token_ns(n: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+ANSWER = ("The capital of France is Paris. It has been the seat of government since the 10th century, "
+          "and the city is also the country's largest.")
+
+
+def evaluation_figures(n: int, rounds: int) -> dict[str, float]:
+    """What evaluating beside serving costs the request path (see the module's docstring)."""
+    import threading
+
+    from infersight.instrumentation.evaluation.base import Sample
+    from infersight.instrumentation.evaluation.guardrails import Guardrails
+    from infersight.instrumentation.evaluation.worker import EvaluationWorker, Sampler
+
+    served, close = ours_factory(ALWAYS_ON)
+    worker = EvaluationWorker([Guardrails()], Sampler(default=0.01))
+    sample = Sample(model="llama-3-8b", question="What is the capital of France?", answer=ANSWER,
+                    finish_reason="stop")
+
+    def evaluated() -> None:
+        served()
+        worker.submit(_NoRequest, sample)
+
+    def thread_cpu_ns(fn: Callable[[], None]) -> int:
+        start = time.thread_time_ns()
+        for _ in range(n):
+            fn()
+        return time.thread_time_ns() - start
+
+    for fn in (served, evaluated):
+        thread_cpu_ns(fn)  # warm-up
+    ratios, control = [], []  # with / without evaluation, and without / without: the noise floor of one round
+    for _ in range(rounds):
+        a, b, c = thread_cpu_ns(evaluated), thread_cpu_ns(served), thread_cpu_ns(served)
+        ratios.append(a / b)
+        control.append(c / b)
+    quartiles, control_q = statistics.quantiles(ratios, n=4), statistics.quantiles(control, n=4)
+    guardrails = Guardrails()
+    worker_us = cpu_us_per_call(lambda: guardrails.evaluate(sample), 50, 5)
+    unsampled = EvaluationWorker([Guardrails()], Sampler(default=0.0))
+    gate = threading.Event()
+
+    class Stuck:  # an evaluator that never returns while the gate is shut: the queue fills and stays full
+        name = "stuck"
+
+        def evaluate(self, _sample: Sample) -> list:
+            gate.wait()
+            return []
+
+    full = EvaluationWorker([Stuck()], Sampler(default=1.0), max_queue=8)
+    for _ in range(16):
+        full.submit(_NoRequest, sample)
+    per_call = {}
+    for key, w in (("unsampled", unsampled), ("queue_full", full)):
+        per_call[key] = cpu_us_per_call(lambda w=w: w.submit(_NoRequest, sample), n, 5) * 1000
+    longest = 0
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        full.submit(_NoRequest, sample)
+        longest = max(longest, time.perf_counter_ns() - t0)
+    dropped = full.counters.dropped_queue_full
+    gate.set()
+    for w in (worker, unsampled, full):
+        w.close()
+    close()
+    return {"evaluation_request_path_ratio": round(statistics.median(ratios), 4),
+            "evaluation_request_path_ratio_iqr": [round(quartiles[0], 4), round(quartiles[2], 4)],
+            "evaluation_control_ratio_iqr": [round(control_q[0], 4), round(control_q[2], 4)],
+            "evaluation_sample_rate": 0.01,
+            # off the request path but in the same process: the worker's CPU per judged answer, and per request
+            "evaluation_worker_us_per_eval": round(worker_us, 1),
+            "evaluation_worker_us_per_request": round(worker_us * 0.01, 2),
+            "evaluation_submit_unsampled_ns": round(per_call["unsampled"], 1),
+            "evaluation_submit_queue_full_ns": round(per_call["queue_full"], 1),
+            "evaluation_submit_queue_full_max_us": round(longest / 1000, 1),
+            "evaluation_dropped_queue_full": dropped}
+
+
+class _NoRequest:
+    """The worker records results on the request; the guardrails' results are not what is measured here."""
+
+    @staticmethod
+    def evaluation(*_args, **_kwargs) -> None:
+        pass
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (well under a minute)")
@@ -232,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["untraced_vs_reference_request"] = round(share, 4)
     results["per_request_untraced_us_at_reference"] = round(share * REFERENCE_US["request"], 2)
     results["per_token_ns_at_reference"] = round(results["per_token_ns"] / factor, 1)
+    results.update(evaluation_figures(max(200, n // 5), 15 * repeats))
     results["targets"] = {"traced_vs_sdk_ratio_max": 0.5, "per_request_untraced_us_max": 30.0,
                           "per_token_ns_max": 300.0}
     results["config"] = {"requests_per_repeat": n, "repeats": repeats, "tokens_per_request": TOKENS,
