@@ -54,10 +54,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _deploy(stack) -> None:
+def _deploy(stack, extra_args=None) -> None:
     from infersight.stack import jobs
 
-    jobs.deploy(stack.layout, stack.state_dir / "archive", log=lambda m: print(m, flush=True))
+    jobs.deploy(stack.layout, stack.state_dir / "archive", log=lambda m: print(m, flush=True), extra_args=extra_args)
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -96,7 +96,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     cmd_setup(args)
     stack = _stack(args)
-    code = demo.demo(args, stack, _deploy)
+    code = demo.demo(args, stack, lambda s: _deploy(s, demo.DEMO_JOB_ARGS))
     return code
 
 
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the live demo: set-up, stack, jobs, a simulated 3-region fleet and a live "
                                     "view of what the pipeline computes (Ctrl-C stops what it started)")
     stack_opts(p)
-    demo_mod().add_fleet_options(p, rate=1000.0, day_s=600.0)
+    demo_mod().add_fleet_options(p, rate=1000.0, day_s=600.0, judge_rate=demo_mod().DEMO_JUDGE_RATE)
     p.add_argument("--vllm", action="store_true", help="add the real tiny vLLM engine as one more pod")
     p.add_argument("--keep", action="store_true", help="leave the stack running on exit")
     p.set_defaults(func=cmd_demo)

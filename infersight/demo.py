@@ -17,23 +17,30 @@ from infersight import install
 from infersight.simulator.fleet import FleetSpec, Perturbation
 
 # The demo's story: a canary regression on the busiest model after 3 minutes, a silent quality drop (fast but
-# worse answers) of another model in one region after 5, a slow region after 7.
+# worse answers) of the same model in its busiest region after 5, a slow region after 7.
 DEMO_PERTURBATIONS = (
     Perturbation("canary_regression", at_s=180, duration_s=120, magnitude=2.5, model="llama-3.1-8b-instruct"),
-    Perturbation("quality_drop", at_s=300, duration_s=240, magnitude=0.1, model="mistral-small-24b",
-                 region="eu-west-1"),
+    Perturbation("quality_drop", at_s=300, duration_s=240, magnitude=0.1, model="llama-3.1-8b-instruct",
+                 region="us-east-1"),
     Perturbation("slow", at_s=420, duration_s=120, magnitude=2.0, region="ap-southeast-1"),
 )
+# Drift needs a baseline and samples within the demo's minutes (production: the previous day, 1 % judged). The
+# quality job the demo submits compares each series with its own first windows (3 to 4 minutes, before the drop),
+# and a quarter of the requests is judged, so the drop's series holds the drift signals' minimum samples (3,000
+# judged in the baseline, 600 current) at --rate 300 too; canary series are too small to alarm.
+DEMO_JUDGE_RATE = 0.25
+DEMO_JOB_ARGS = {"infersight-quality": ["--baseline", "reference", "--reference-s", "180"]}
 
 
-def add_fleet_options(p: argparse.ArgumentParser, rate: float, day_s: float) -> None:
+def add_fleet_options(p: argparse.ArgumentParser, rate: float, day_s: float, judge_rate: float = 0.01) -> None:
     p.add_argument("--rate", type=float, default=rate, help="mean requests/s over the fleet (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--scenario", help="fleet JSON (any FleetSpec field: regions, models, perturbations, ...)")
     p.add_argument("--day-s", type=float, default=day_s, help="length of the simulated day (diurnal curve)")
     p.add_argument("--sample-ratio", type=float, default=None, help="share of traces kept whole (default 0.01)")
-    p.add_argument("--judge-rate", type=float, default=0.01,
-                   help="share of requests judged beside serving: their relevance, refusal and PII results")
+    p.add_argument("--judge-rate", type=float, default=judge_rate,
+                   help="share of requests judged beside serving: their relevance, refusal and PII results "
+                        "(default %(default)s)")
     p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
 
 

@@ -121,4 +121,4 @@ DRIFT_SIGNALS: tuple[DriftSignal, ...] = (
 )
 DRIFT_SIGNAL_BY_NAME: dict[str, DriftSignal] = {s.name: s for s in DRIFT_SIGNALS}
 DISTANCES: tuple[str, ...] = ("kl", "js", "wasserstein", "psi")
-BASELINE_KINDS: tuple[str, ...] = ("pinned", "stable_track", "previous_day")
+BASELINE_KINDS: tuple[str, ...] = ("pinned", "stable_track", "previous_day", "reference")

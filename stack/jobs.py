@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from infersight.flink_jobs.common.kafka_io import KAFKA_PROPERTIES_ENV
@@ -388,14 +388,17 @@ def job_args(name: str, brokers: str, archive_root: str, source_topics: Sequence
     return args
 
 
-def deploy(layout, archive_root: Path, log=print) -> dict[str, str]:
-    """Submit every job that is not running; returns name -> job id of all of them."""
+def deploy(layout, archive_root: Path, log=print, extra_args: Mapping[str, Sequence[str]] | None = None
+           ) -> dict[str, str]:
+    """Submit every job that is not running (``extra_args``: more arguments per job name, e.g. the demo's);
+    returns name -> job id of all of them."""
     running = running_jobs(layout)
     for name, module in JOBS.items():
         if name in running:
             log(f"[jobs] {name} already running ({running[name]})")
             continue
-        running[name] = submit(layout, module, job_args(name, layout.kafka_bootstrap, str(archive_root)))
+        args = [*job_args(name, layout.kafka_bootstrap, str(archive_root)), *(extra_args or {}).get(name, ())]
+        running[name] = submit(layout, module, args)
         log(f"[jobs] {name} submitted ({running[name]})")
     return {name: running[name] for name in JOBS}
 

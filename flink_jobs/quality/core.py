@@ -92,6 +92,8 @@ class Engine:
             return sd.previous_day(window_end)
         if kind == "pinned":
             return self.pinned.get((s.region, s.model, sd.signal.name))
+        if kind == "reference":
+            return sd.reference_baseline(window_end)
         if s.track == STABLE:  # stable_track: the stable track has no baseline of its own
             return None
         for other, states in self.drift.items():

@@ -100,6 +100,7 @@ class DriftParams:
     day_bucket_s: int = 300  # previous-day baseline: 5-minute buckets kept for a day and an hour
     day_half_width_s: int = 1800  # ... and the baseline is the previous day's +- 30 minutes
     stable_window_s: int = 1800  # stable-track baseline: the stable track's last 30 minutes
+    reference_s: int = 3600  # reference baseline: the series' first hour of data, frozen after it
 
 
 @dataclass
@@ -143,6 +144,8 @@ class SignalDrift:
     recent: deque[tuple[int, Histogram]] = field(default_factory=deque)
     day_buckets: dict[int, Histogram] = field(default_factory=dict)
     alarm: Alarm = field(default_factory=Alarm)
+    reference: Histogram | None = None  # the reference baseline's histogram, and the end of its first window
+    reference_from: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """A compact pickled form (the quality job keeps engines in keyed state and pickles them every window):
@@ -158,7 +161,9 @@ class SignalDrift:
                 "day_keys": np.array(sorted(self.day_buckets), dtype=np.int64),
                 "day_counts": np.array([self.day_buckets[k].counts for k in sorted(self.day_buckets)],
                                        dtype=float).reshape(len(self.day_buckets), bins),
-                "day_n": np.array([self.day_buckets[k].n for k in sorted(self.day_buckets)], dtype=np.int64)}
+                "day_n": np.array([self.day_buckets[k].n for k in sorted(self.day_buckets)], dtype=np.int64),
+                "reference": None if self.reference is None else (self.reference.counts, self.reference.n),
+                "reference_from": self.reference_from}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.signal, self.params, self.alarm = state["signal"], state["params"], state["alarm"]
@@ -168,6 +173,9 @@ class SignalDrift:
         self.recent = deque((int(end), full.get(int(end)) or Histogram.empty(bins)) for end in state["recent_ends"])
         self.day_buckets = {int(k): Histogram(counts.copy(), int(n)) for k, counts, n in
                             zip(state["day_keys"], state["day_counts"], state["day_n"], strict=True)}
+        ref = state.get("reference")  # absent in states pickled before the reference baseline existed
+        self.reference = None if ref is None else Histogram(ref[0].copy(), int(ref[1]))
+        self.reference_from = state.get("reference_from")
 
     def add_window(self, window_end: int, hist: Histogram) -> None:
         """One window's histogram (window ends in seconds, in order)."""
@@ -176,6 +184,10 @@ class SignalDrift:
         while self.recent and self.recent[0][0] <= window_end - keep:
             self.recent.popleft()
         if hist.n:
+            if self.reference_from is None:
+                self.reference_from, self.reference = window_end, Histogram.empty(self.signal.bins)
+            if window_end <= self.reference_from + self.params.reference_s and self.reference is not None:
+                self.reference.add(hist)
             b = window_end - window_end % self.params.day_bucket_s
             if b not in self.day_buckets:
                 self.day_buckets[b] = Histogram.empty(self.signal.bins)
@@ -206,6 +218,13 @@ class SignalDrift:
                 if newest - end < span_s:
                     out.add(h)
         return out
+
+    def reference_baseline(self, window_end: int) -> Histogram | None:
+        """The series' first ``reference_s`` seconds of data (from its first window with data), once they are
+        complete; None before (a reference still filling would hold the current windows too)."""
+        if self.reference_from is None or window_end <= self.reference_from + self.params.reference_s:
+            return None
+        return self.reference
 
     def previous_day(self, window_end: int) -> Histogram:
         """The same hours of the previous day: the buckets within +- half width of ``window_end - 1 day``."""

@@ -73,7 +73,7 @@ def build(env, brokers: str, group_id: str, params: EngineParams, window_s: int,
 
 def engine_params(args: argparse.Namespace) -> EngineParams:
     """The engine's parameters from the command line (the rest as ``core``'s defaults)."""
-    drift = replace(DriftParams(), day_bucket_s=args.day_bucket_s)
+    drift = replace(DriftParams(), day_bucket_s=args.day_bucket_s, reference_s=args.reference_s)
     return EngineParams(baseline=args.baseline, drift=drift, max_series=args.max_series)
 
 
@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> None:
                              "window")
     parser.add_argument("--baseline", choices=BASELINE_KINDS, default="previous_day",
                         help="what drift is measured against (docs/quality.md): the same hours of the previous "
-                             "day, the stable track of the same model and region, or a pinned reference (--pinned)")
+                             "day, the stable track of the same model and region, a pinned reference (--pinned), "
+                             "or the series' own first --reference-s seconds")
+    parser.add_argument("--reference-s", type=int, default=DriftParams().reference_s,
+                        help="the reference baseline: this long from a series' first window with data, then frozen")
     parser.add_argument("--pinned", default=None,
                         help='the pinned baseline: a JSON file {"region|model|signal": {"counts": [...], "n": N}}')
     parser.add_argument("--day-bucket-s", type=int, default=DAY_BUCKET_S,

@@ -130,6 +130,26 @@ def test_stable_track_is_the_canarys_baseline():
     assert [(r["track"], r["version"]) for r in onsets] == [("canary", "v2")]
 
 
+def test_reference_baseline_is_the_series_first_period_frozen_and_catches_a_later_drop():
+    params = EngineParams(baseline="reference", signals=(SCORE,), drift=DriftParams(reference_s=600))
+    engine = Engine(params)
+    start, drop_at = 5000, 5000 + 1800
+    out = _feed(engine, 3600 / DAY_S, lambda s, t: 0.70 if t > drop_at else 0.78, rate_per_window=100, start=start)
+    # no baseline while the reference fills (its first window at start + 10): no distances, no alarm
+    assert all(not r["drift"] for r in out if r["type"] == "quality" and r["window_end"] <= start + 10 + 600)
+    measured = [r for r in out if r["type"] == "quality" and r["drift"]]
+    assert measured and measured[0]["window_end"] > start + 10 + 600
+    onsets = [r for r in out if r["type"] == "drift" and r["event"] == "onset"]
+    assert len(onsets) == 1 and drop_at < onsets[0]["at"] <= drop_at + 300
+    assert onsets[0]["baseline"] == "reference"
+    sd = engine.drift[Series("r1", "m", "v1", "stable")][SCORE.name]
+    assert sd.reference is not None and sd.reference.n == 61 * 100  # the first 600 s and one window: frozen since
+    restored = SignalDrift(SCORE)
+    restored.__setstate__(sd.__getstate__())
+    assert restored.reference_from == sd.reference_from and restored.reference.n == sd.reference.n
+    assert np.array_equal(restored.reference.counts, sd.reference.counts)
+
+
 def test_pinned_baseline_and_quality_records():
     rng = np.random.default_rng(5)
     pinned = {("r1", "m", SCORE.name): _scores(rng, 20_000, 0.78, sd=0.15)}  # what _feed sends
