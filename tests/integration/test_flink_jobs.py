@@ -547,6 +547,10 @@ def check_pod_rollups(stack, jobs) -> None:
         names = prom(prom_url, f'count by (__name__) ({{region=~"{region}|{flush_region}"}})', end_s + 60)
         return {"window_end_s": end_s, "now_s": round(time.time()), "flushed_to_s": at[0] / NS,
                 "series": sorted(f"{n['metric'].get('__name__', '')}:{n['value'][1]}" for n in names),
+                "late_now": prom_value(prom_url, f'{P.prom(P.LATE_RECORDS)}{{region="{region}"}}'),
+                "unit_cost_any_time": prom(prom_url, f'count by (__name__, model, track) '
+                                                     f'(last_over_time({P.prom(P.USD_PER_1M_OUTPUT_TOKENS)}'
+                                                     f'{{region="{region}"}}[1h]))', end_s + 600),
                 "watermarks_s": {m.split(".")[-2]: watermarks(stack.layout.flink_rest_url, j)
                                  for m, j in jobs.ids.items()}}
 
