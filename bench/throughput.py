@@ -1,7 +1,8 @@
 """Whole-pipeline throughput: the fleet simulator ramps offered load through the real pipeline (3 regional
-gateways, Kafka, the normalize, metrics and archive jobs on Flink, the sink collector, Prometheus) and,
-for each step, records the load held with zero loss, freshness (request end -> its window's metric
-queryable in Prometheus) p50/p99, CPU and memory per component, and the first bottleneck.
+gateways, Kafka, every job of stack/jobs.py on Flink, the sink collector, Prometheus; 1 % of the requests
+judged, as in production, for the quality job) and, for each step, records the load held with zero loss,
+freshness (request end -> its window's metric queryable in Prometheus) p50/p99, CPU and memory per component,
+and the first bottleneck.
 
     .venv/bin/python -m bench.throughput              # full: steps of 5 min until one is not held
     .venv/bin/python -m bench.throughput --quick      # 2 steps of 60 s (< 5 min with the stack's start)
@@ -19,6 +20,7 @@ loss in one series and a double count in another do not cancel.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -114,13 +116,15 @@ def busy_cores(rest_url: str) -> dict[str, float]:
     return out
 
 
-def run_step(stack, watcher: WindowWatcher, rate: float, step_s: float, pids: dict[str, int]) -> dict[str, Any]:
+def run_step(stack, watcher: WindowWatcher, rate: float, step_s: float, pids: dict[str, int],
+             judge_rate: float = 0.0) -> dict[str, Any]:
     from infersight.demo import endpoints_of
     from infersight.simulator.run import Simulator
 
     tag = uuid.uuid4().hex[:6]
     watcher.watch(tag)
-    sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=int(rate)).start()
+    spec = dataclasses.replace(fleet(tag, rate), judge_rate=judge_rate)
+    sim = Simulator(spec, endpoints_of(stack), seed=int(rate)).start()
     before, sim_before, t0 = cpu_sample(pids), own_cpu_s(), time.monotonic()
     peak_rss: dict[str, float] = {}
     busy: dict[str, list[float]] = {}
@@ -189,6 +193,9 @@ def main() -> None:
     parser.add_argument("--max-freshness-s", type=float, default=20.0,
                         help="a step is held only if freshness p99 stays at or under this (the issue: 20 s)")
     parser.add_argument("--all-steps", action="store_true", help="do not stop at the first step not held")
+    parser.add_argument("--judge-rate", type=float, default=0.01,
+                        help="share of requests with evaluation results (judged beside serving), which the quality "
+                             "job reads besides every request (default %(default)s)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help=f"results file (default {RESULTS.relative_to(REPO)}; its plot beside it as .png)")
     args = parser.parse_args()
@@ -220,7 +227,7 @@ def main() -> None:
         done: list[dict[str, Any]] = []
         for rate in steps:
             print(f"[throughput] step {rate:,.0f} requests/s for {step_s:.0f} s", flush=True)
-            step = run_step(stack, watcher, rate, step_s, pids)
+            step = run_step(stack, watcher, rate, step_s, pids, args.judge_rate)
             done.append(step)
             # other traffic closes this step's windows; judge the step once they are in
             keep = keep_event_time_moving(endpoints_of(stack), step["tag"])
@@ -254,6 +261,8 @@ def main() -> None:
                                                                                   else None),
         "steps": rows,
         "quick": args.quick,
+        "judge_rate": args.judge_rate,
+        "jobs": list(jobs.JOBS),  # every job ran: the quality job reads every request and the judged results
         "wall_s": round(time.monotonic() - started, 1),
     }
     save_results(args.results, result)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -91,3 +92,19 @@ def watermarks(rest_url: str, job_id: str) -> dict[str, float]:
     except (OSError, KeyError, ValueError) as exc:
         out[f"unreadable: {exc}"] = 0.0
     return out
+
+
+def vertex_metrics(rest_url: str, job_id: str, vertex: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Sums over the subtasks of the vertices whose name contains ``vertex`` (e.g. ``numLateRecordsDropped``)."""
+    out: dict[str, float] = {}
+    try:
+        for v in _get(f"{rest_url}/jobs/{job_id}")["vertices"]:
+            if vertex not in v["name"]:
+                continue
+            query = urllib.parse.quote(",".join(names))
+            for m in _get(f"{rest_url}/jobs/{job_id}/vertices/{v['id']}/subtasks/metrics?get={query}&agg=sum"):
+                out[m["id"]] = out.get(m["id"], 0.0) + float(m["sum"])
+    except (OSError, KeyError, ValueError) as exc:
+        out[f"unreadable: {exc}"] = 0.0
+    return out
+

@@ -492,7 +492,7 @@ def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, 
 
 def check_pod_rollups(stack, jobs) -> None:
     from infersight.schemas import attributes as A
-    from tests.integration.diagnostics import watermarks
+    from tests.integration.diagnostics import vertex_metrics, watermarks
     from tests.integration.pipeline_util import produce_pod_gauges, prom, prom_at
 
     bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
@@ -548,6 +548,9 @@ def check_pod_rollups(stack, jobs) -> None:
         return {"window_end_s": end_s, "now_s": round(time.time()), "flushed_to_s": at[0] / NS,
                 "series": sorted(f"{n['metric'].get('__name__', '')}:{n['value'][1]}" for n in names),
                 "late_now": prom_value(prom_url, f'{P.prom(P.LATE_RECORDS)}{{region="{region}"}}'),
+                "unit_cost_operator": vertex_metrics(stack.layout.flink_rest_url,
+                                                     jobs.ids["infersight.flink_jobs.metrics.job"], "unit-cost",
+                                                     ("numLateRecordsDropped", "numRecordsIn", "numRecordsOut")),
                 "unit_cost_any_time": prom(prom_url, f'count by (__name__, model, track) '
                                                      f'(last_over_time({P.prom(P.USD_PER_1M_OUTPUT_TOKENS)}'
                                                      f'{{region="{region}"}}[1h]))', end_s + 600),
