@@ -395,7 +395,8 @@ def deploy(layout, archive_root: Path, log=print) -> dict[str, str]:
         if name in running:
             log(f"[jobs] {name} already running ({running[name]})")
             continue
-        running[name] = submit(layout, module, job_args(name, layout.kafka_bootstrap, str(archive_root)))
+        sources = getattr(layout, "normalize_sources", list)()  # multi-region: the mirrored topics
+        running[name] = submit(layout, module, job_args(name, layout.kafka_bootstrap, str(archive_root), sources))
         log(f"[jobs] {name} submitted ({running[name]})")
     return {name: running[name] for name in JOBS}
 

@@ -17,10 +17,11 @@ Why each setting (measured with a dedicated MM2 4.3.1 against 4.4.0 brokers, iss
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
-from infersight.schemas.topics import ALL_TOPICS, Topic
+from infersight.schemas.topics import ALL_TOPICS, OTLP_METRICS, OTLP_REQUESTS, Topic
 
 GLOBAL_ALIAS = "global"
 REPLICATION_POLICY = "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"
@@ -46,6 +47,21 @@ def topics_regex(topics: list[Topic] | None = None) -> str:
 def global_topic(region: str, topic: Topic) -> str:
     """The name ``DefaultReplicationPolicy`` gives ``topic`` from ``region`` on the global cluster."""
     return f"{region}.{topic.name}"
+
+
+# What normalize reads by default (its --source-topics): on the global cluster, once per region, mirrored.
+NORMALIZE_SOURCES: tuple[Topic, ...] = (OTLP_REQUESTS, OTLP_METRICS)
+
+
+def global_topics(regions: tuple[str, ...] | list[str]) -> list[Topic]:
+    """The mirrored topics on the global cluster, created up front with ``schemas/topics.py``'s partitions and
+    retention (MM2 keeps an existing topic's partitions; the jobs subscribe before the first record crosses)."""
+    return [dataclasses.replace(t, name=global_topic(r, t)) for r in regions for t in mirrored_topics()]
+
+
+def normalize_sources(regions: tuple[str, ...] | list[str]) -> list[str]:
+    """normalize's ``--source-topics`` on the global cluster: its default topics, as every region's mirror."""
+    return [global_topic(r, t) for r in regions for t in NORMALIZE_SOURCES]
 
 
 def check_regions(regions: list[str] | tuple[str, ...]) -> None:
@@ -103,8 +119,10 @@ class Mirror:
     def __post_init__(self) -> None:
         check_regions(self.regions)
 
-    def native_properties(self, bootstrap: dict[str, str]) -> dict[str, str]:
-        """A dedicated-mode ``mm2.properties`` (``connect-mirror-maker.sh``), given each alias's bootstrap."""
+    def native_properties(self, bootstrap: dict[str, str], rest_listener: str | None = None) -> dict[str, str]:
+        """A dedicated-mode ``mm2.properties`` (``connect-mirror-maker.sh``), given each alias's bootstrap;
+        ``rest_listener``: where the internal REST server binds (``http://HOST:PORT``; Connect's default is
+        every interface on 8083)."""
         missing = [a for a in (*self.regions, GLOBAL_ALIAS) if a not in bootstrap]
         if missing:
             raise ValueError(f"no bootstrap servers for cluster alias(es) {', '.join(missing)}")
@@ -116,6 +134,8 @@ class Mirror:
             "emit.checkpoints.enabled": "false",
             "sync.group.offsets.enabled": "false",
         }
+        if rest_listener:
+            props["listeners"] = rest_listener
         for key, value in source_connector_config(self.replication_factor).items():
             props[key] = value
         for alias in (*self.regions, GLOBAL_ALIAS):
@@ -124,6 +144,7 @@ class Mirror:
             props[f"{alias}.config.storage.replication.factor"] = str(self.replication_factor)
             props[f"{alias}.offset.storage.replication.factor"] = str(self.replication_factor)
             props[f"{alias}.status.storage.replication.factor"] = str(self.replication_factor)
+            props[f"{alias}.heartbeats.topic.replication.factor"] = str(self.replication_factor)
         for region in self.regions:
             props[f"{region}->{GLOBAL_ALIAS}.enabled"] = "true"
             props[f"{region}->{GLOBAL_ALIAS}.topics"] = topics_regex()
