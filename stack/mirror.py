@@ -130,7 +130,12 @@ class Mirror:
             "clusters": ", ".join((*self.regions, GLOBAL_ALIAS)),
             "dedicated.mode.enable.internal.rest": "true",
             f"{GLOBAL_ALIAS}.exactly.once.source.support": "enabled",
-            "emit.heartbeats.enabled": "true",
+            # MM2 runs a herder (config, offset and status topics) for every pair of clusters whose heartbeats are on:
+            # off by default, on for the mirrored flows only, so nothing is written into a regional cluster
+            "emit.heartbeats.enabled": "false",
+            # connector settings, read per flow (not per cluster alias): the heartbeats topic on one broker
+            "heartbeats.topic.replication.factor": str(self.replication_factor),
+            "checkpoints.topic.replication.factor": str(self.replication_factor),
             "emit.checkpoints.enabled": "false",
             "sync.group.offsets.enabled": "false",
         }
@@ -144,9 +149,9 @@ class Mirror:
             props[f"{alias}.config.storage.replication.factor"] = str(self.replication_factor)
             props[f"{alias}.offset.storage.replication.factor"] = str(self.replication_factor)
             props[f"{alias}.status.storage.replication.factor"] = str(self.replication_factor)
-            props[f"{alias}.heartbeats.topic.replication.factor"] = str(self.replication_factor)
         for region in self.regions:
             props[f"{region}->{GLOBAL_ALIAS}.enabled"] = "true"
+            props[f"{region}->{GLOBAL_ALIAS}.emit.heartbeats.enabled"] = "true"
             props[f"{region}->{GLOBAL_ALIAS}.topics"] = topics_regex()
             for key, value in source_client_config().items():
                 props[f"{region}.{key}"] = value

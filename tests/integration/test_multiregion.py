@@ -110,6 +110,12 @@ def test_the_topology_runs_and_every_request_is_counted_once_per_region(stack, j
     finally:
         consumer.close()
     assert sum(ends) == 0
+    # and MM2 wrote nothing into a regional cluster (offset syncs, configs, heartbeats all on the global side)
+    from infersight.stack import kafka_admin, mirror
+
+    mirrored = {t.name for t in mirror.mirrored_topics()}
+    for region in lay.regions:
+        assert kafka_admin.existing_topics(lay.region_bootstrap(region)) - {"__consumer_offsets"} == mirrored
     crossed = {r: multiregion.link(lay, r)["bytes_down"] for r in lay.regions}
     assert all(n > 0 for n in crossed.values()), crossed  # MM2 reached every region through its link only
     print(f"multi-region: {sum(t.sent for t in tallies.values())} requests counted exactly per series; "
