@@ -189,6 +189,8 @@ def main() -> None:
     parser.add_argument("--max-freshness-s", type=float, default=20.0,
                         help="a step is held only if freshness p99 stays at or under this (the issue: 20 s)")
     parser.add_argument("--all-steps", action="store_true", help="do not stop at the first step not held")
+    parser.add_argument("--topology", choices=["single", "multi-region"], default="single",
+                        help="the stack's topology (as `infersight up --topology`)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help=f"results file (default {RESULTS.relative_to(REPO)}; its plot beside it as .png)")
     args = parser.parse_args()
@@ -205,7 +207,7 @@ def main() -> None:
     started = time.monotonic()
     setup.ensure_all()
     state = Path(tempfile.mkdtemp(prefix="infersight-throughput-"))
-    stack = Stack(state, PortPlan.free(), log=lambda _: None)
+    stack = Stack(state, PortPlan.free(topology=args.topology), log=lambda _: None)
     rows: list[dict[str, Any]] = []
     try:
         stack.up()
@@ -254,6 +256,7 @@ def main() -> None:
                                                                                   else None),
         "steps": rows,
         "quick": args.quick,
+        "topology": args.topology,
         "wall_s": round(time.monotonic() - started, 1),
     }
     save_results(args.results, result)
