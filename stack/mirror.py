@@ -12,7 +12,12 @@ Why each setting (measured with a dedicated MM2 4.3.1 against 4.4.0 brokers, iss
   down 5 minutes after a link came back; only the per-cluster key takes effect in dedicated mode;
 - ``offset-syncs.topic.location = target``: MM2 writes nothing into the regional clusters;
 - record size limits: the gateways send records up to the brokers' ``message.max.bytes`` (8 MiB);
-- topic configs synced: a global topic keeps the retention ``schemas/topics.py`` gives it.
+- topic configs synced: a global topic keeps the retention ``schemas/topics.py`` gives it;
+- heartbeats for the mirrored flows only: MM2 starts a herder, with its internal topics, for every pair of
+  clusters that emits heartbeats, so on by default it wrote configs, offsets and status topics into every
+  regional cluster;
+- no checkpoints: no consumer group reads a regional cluster, so there is nothing to translate. MM2 still
+  logs one ``ERROR Failed to configure MirrorCheckpointConnector`` per flow when it starts: expected.
 """
 
 from __future__ import annotations
