@@ -196,6 +196,8 @@ def main() -> None:
     parser.add_argument("--judge-rate", type=float, default=0.01,
                         help="share of requests with evaluation results (judged beside serving), which the quality "
                              "job reads besides every request (default %(default)s)")
+    parser.add_argument("--topology", choices=["single", "multi-region"], default="single",
+                        help="the stack's topology (as `infersight up --topology`)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help=f"results file (default {RESULTS.relative_to(REPO)}; its plot beside it as .png)")
     args = parser.parse_args()
@@ -212,7 +214,7 @@ def main() -> None:
     started = time.monotonic()
     setup.ensure_all()
     state = Path(tempfile.mkdtemp(prefix="infersight-throughput-"))
-    stack = Stack(state, PortPlan.free(), log=lambda _: None)
+    stack = Stack(state, PortPlan.free(topology=args.topology), log=lambda _: None)
     rows: list[dict[str, Any]] = []
     try:
         stack.up()
@@ -263,6 +265,7 @@ def main() -> None:
         "quick": args.quick,
         "judge_rate": args.judge_rate,
         "jobs": list(jobs.JOBS),  # every job ran: the quality job reads every request and the judged results
+        "topology": args.topology,
         "wall_s": round(time.monotonic() - started, 1),
     }
     save_results(args.results, result)

@@ -22,12 +22,20 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _stack(args: argparse.Namespace):
-    from infersight.stack import paths
+    from infersight.stack import paths, statefile
     from infersight.stack.ports import PortPlan
-    from infersight.stack.supervisor import Stack
+    from infersight.stack.supervisor import STATE_FILE, Stack
 
     state_dir = Path(args.state_dir) if args.state_dir else paths.stacks_dir() / args.stack
-    ports = PortPlan.from_base(args.base_port) if getattr(args, "base_port", None) else None
+    topology = getattr(args, "topology", None)
+    if getattr(args, "base_port", None):
+        ports = PortPlan.from_base(args.base_port, topology=topology or "single")
+    elif topology:  # remembered with the ports: later commands (status, down, demo, ...) follow the saved plan
+        saved = statefile.read_json(state_dir / STATE_FILE).get("ports")
+        plan = PortPlan.from_dict(saved) if saved else None
+        ports = plan if plan and plan.topology == topology else PortPlan.default(topology=topology)
+    else:
+        ports = None
     return Stack(state_dir, ports)
 
 
@@ -75,7 +83,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 def _print_endpoints(stack) -> None:
     lay = stack.layout
-    print(f"  Kafka bootstrap    {lay.kafka_bootstrap}")
+    multi = getattr(lay, "multi_region", False)
+    print(f"  Kafka bootstrap    {lay.kafka_bootstrap}" + (" (global)" if multi else ""))
+    if multi:
+        from infersight.stack.multiregion import relay_url
+
+        for region in lay.regions:
+            print(f"  Kafka {region:<14}{lay.region_bootstrap(region)}; link control {relay_url(lay, region)}")
     for region in lay.regions:
         print(f"  OTLP {region:<15}{lay.otlp_endpoint(region, 'grpc')} (gRPC), "
               f"{lay.otlp_endpoint(region, 'http')} (HTTP)")
@@ -197,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     stack_opts(p)
     p.add_argument("--base-port", type=int, help="lay every port out from this base (two stacks side by side)")
     p.add_argument("--no-jobs", action="store_true", help="start the services only, not the Flink jobs")
+    p.add_argument("--topology", choices=["single", "multi-region"],
+                   help="single: one Kafka (the default); multi-region: a Kafka per region, mirrored by "
+                        "MirrorMaker 2 through a link relay each into a global Kafka where the jobs run. "
+                        "Remembered by the stack: later commands follow it")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("demo", help="the live demo: set-up, stack, jobs, a simulated 3-region fleet and a live "
                                     "view of what the pipeline computes (Ctrl-C stops what it started)")
@@ -204,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo_mod().add_fleet_options(p, rate=1000.0, day_s=600.0, judge_rate=demo_mod().DEMO_JUDGE_RATE)
     p.add_argument("--vllm", action="store_true", help="add the real tiny vLLM engine as one more pod")
     p.add_argument("--keep", action="store_true", help="leave the stack running on exit")
+    p.add_argument("--topology", choices=["single", "multi-region"],
+                   help="single: one Kafka (the default); multi-region: a Kafka per region, mirrored by "
+                        "MirrorMaker 2 through a link relay each into a global Kafka where the jobs run. "
+                        "As `up --topology`")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("simulate", help="send a simulated fleet's telemetry to the stack's regional gateways")
     stack_opts(p)

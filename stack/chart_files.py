@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from infersight.schemas.topics import ALL_TOPICS, OTLP_METRICS, OTLP_REQUESTS, Topic
+from infersight.schemas.topics import ALL_TOPICS, Topic
 from infersight.stack import flink_config, mirror, paths
 from infersight.stack.jobs import JOBS
 
@@ -60,7 +60,7 @@ def outputs() -> dict[str, str]:
                 for name, module in JOBS.items()
             ],
             # what normalize reads by default (its --source-topics), mirrored once per region globally
-            "otlpSources": [OTLP_REQUESTS.name, OTLP_METRICS.name],
+            "otlpSources": [t.name for t in mirror.NORMALIZE_SOURCES],
             # the jars every job ships (--jars), in the job image's /opt/flink/usrlib (deploy/docker/job.Dockerfile)
             "jars": [j.name for j in paths.flink_job_jars()],
             # PythonDriver's jar in the official image of the Flink the apache-flink wheel carries

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from infersight.schemas.topics import ALL_TOPICS, Topic
 from infersight.stack import flink_config, paths
 from infersight.stack.ports import PortPlan
 from infersight.stack.security import TransportSecurity, write_private
@@ -33,6 +34,8 @@ SINK_MEMORY_LIMIT_MIB = 256
 # memory_limiter's trades heap for CPU. docker-compose.yml sets the same.
 GATEWAY_GO_GC = {"GOGC": "400", "GOMEMLIMIT": f"{GATEWAY_MEMORY_LIMIT_MIB * 3 // 4}MiB"}
 KAFKA_HEAP = "-Xmx512m"
+# multi-region: four brokers, MirrorMaker 2, Flink with three task managers and Prometheus share 2 cores, 24 GiB
+MULTI_REGION_KAFKA_HEAP = "-Xmx384m"
 # Each task manager embeds one CPython (thread mode) whose GIL all its Python operators share: one task
 # manager capped the jobs' Python at one core. Three, slots spread (see flink/config.yaml): one per job,
 # so no job waits for another's interpreter (with two, normalize shared one with archive and saturated it).
@@ -52,6 +55,8 @@ class Component:
     healthy: Callable[[], bool]
     env: dict[str, str] = field(default_factory=dict)
     prepare: Callable[[], None] | None = None
+    # run once healthy, on every start (a broker's topics): returns what it created, to report
+    on_healthy: Callable[[], list[str]] | None = None
 
 
 def http_ok(url: str, timeout: float = 1.0) -> bool:
@@ -77,6 +82,8 @@ class StackLayout:
                  security: TransportSecurity | None = None) -> None:
         if len(regions) != len(ports.gateways):
             raise ValueError("one gateway port set per region")
+        if ports.regional_kafka and len(ports.regional_kafka) != len(regions):
+            raise ValueError("one regional Kafka port set per region")
         # TLS/SASL settings (stack/security.py): from INFERSIGHT_TLS_DIR, INFERSIGHT_KAFKA_SASL_*; default none.
         self.security = security if security is not None else TransportSecurity.from_env()
         self.state_dir = state_dir
@@ -91,7 +98,27 @@ class StackLayout:
 
     @property
     def kafka_bootstrap(self) -> str:
+        """The stack's Kafka; in the multi-region topology the global cluster, where every job runs."""
         return f"{self.host}:{self.ports.kafka}"
+
+    @property
+    def multi_region(self) -> bool:
+        return bool(self.ports.regional_kafka)
+
+    def region_bootstrap(self, region: str) -> str:
+        """Where ``region``'s gateways write: its own broker (multi-region), else the one Kafka."""
+        if not self.multi_region:
+            return self.kafka_bootstrap
+        return f"{self.host}:{self.ports.regional_kafka[self.regions.index(region)].broker}"
+
+    def normalize_sources(self) -> list[str]:
+        """The OTLP topics normalize reads: the mirrored ``<region>.infersight.otlp.*`` on the global cluster
+        (multi-region); none for a single Kafka (normalize's own default)."""
+        if not self.multi_region:
+            return []
+        from infersight.stack import mirror
+
+        return mirror.normalize_sources(self.regions)
 
     @property
     def prometheus_url(self) -> str:
@@ -113,8 +140,12 @@ class StackLayout:
     # -- components -------------------------------------------------------------------
 
     def components(self) -> list[Component]:
+        from infersight.stack import multiregion
+
         return [
+            *(multiregion.regional(self) if self.multi_region else []),
             self.kafka(),
+            *([multiregion.mirrormaker(self)] if self.multi_region else []),
             self.prometheus(),
             *([self.alertmanager()] if self.ports.alertmanager else []),
             *([self.verdict_service()] if self.ports.verdicts else []),
@@ -125,30 +156,52 @@ class StackLayout:
         ]
 
     def kafka(self) -> Component:
-        from infersight.stack.kafka_admin import kafka_ready
+        """The stack's Kafka: the only one in the single topology, the global cluster in the multi-region one."""
+        topics = ALL_TOPICS
+        if self.multi_region:  # the jobs read the mirrored topics: created with schemas/topics.py's settings
+            from infersight.stack import mirror
 
-        conf = self.state_dir / "kafka" / "server.properties"
-        data = self.data / "kafka"
+            topics = (*ALL_TOPICS, *mirror.global_topics(self.regions))
+        return self.broker("kafka", self.data / "kafka", self.ports.kafka, self.ports.kafka_controller,
+                           topics, metrics=self.ports.kafka_metrics)
+
+    def broker(self, name: str, data: Path, port: int, controller: int, topics: tuple[Topic, ...],
+               metrics: int = 0, mirror: tuple[int, int] | None = None) -> Component:
+        """One single-node KRaft broker from the stack's ``server.properties``. ``mirror``: (listener port, the
+        port advertised for it), a second listener for MirrorMaker 2 alone, reached through a region link."""
+        from infersight.stack.kafka_admin import ensure_topics, kafka_ready
+
+        conf = self.state_dir / name / "server.properties"
+        bootstrap = f"{self.host}:{port}"
         classpath = f"{paths.kafka_classpath_dir()}/*"
         java = _java()
-        jvm = [KAFKA_HEAP, "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        heap = MULTI_REGION_KAFKA_HEAP if self.multi_region else KAFKA_HEAP
+        jvm = [heap, "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={paths.stack_config('kafka/log4j2.properties')}"]
 
         def prepare() -> None:
             conf.parent.mkdir(parents=True, exist_ok=True)
             data.mkdir(parents=True, exist_ok=True)
             base = paths.stack_config("kafka/server.properties").read_text()
+            listeners = f"PLAINTEXT://{self.host}:{port},CONTROLLER://{self.host}:{controller}"
+            advertised = f"PLAINTEXT://{self.host}:{port}"
+            if mirror:
+                listeners += f",MIRROR://{self.host}:{mirror[0]}"
+                advertised += f",MIRROR://{self.host}:{mirror[1]}"
             overrides = [
-                f"listeners=PLAINTEXT://{self.host}:{self.ports.kafka},"
-                f"CONTROLLER://{self.host}:{self.ports.kafka_controller}",
-                f"advertised.listeners=PLAINTEXT://{self.host}:{self.ports.kafka}",
-                f"controller.quorum.bootstrap.servers={self.host}:{self.ports.kafka_controller}",
+                f"listeners={listeners}",
+                f"advertised.listeners={advertised}",
+                f"controller.quorum.bootstrap.servers={self.host}:{controller}",
                 f"log.dirs={data}",
             ]
+            if mirror:
+                overrides.append("listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                                 "MIRROR:PLAINTEXT")
+            if self.multi_region:  # four brokers on 2 cores
+                overrides += ["num.io.threads=2", "background.threads=2"]
             if self.security.kafka_sasl:  # the client listener becomes SASL_SSL (stack/security.py)
                 keystore = write_private(conf.parent / "keystore.pem", self.security.keystore_pem())
-                overrides[:2] = self.security.broker_overrides(self.host, self.ports.kafka,
-                                                               self.ports.kafka_controller, keystore)
+                overrides[:2] = self.security.broker_overrides(self.host, port, controller, keystore)
             conf.write_text(base + "\n# native stack overrides\n" + "\n".join(overrides) + "\n")
             if self.security.kafka_sasl:
                 conf.chmod(0o600)  # it holds the broker's SASL password
@@ -169,21 +222,23 @@ class StackLayout:
                     write_private(conf.parent / "scram-user.sha256", self.security.credential_fingerprint())
 
         return Component(
-            name="kafka",
-            argv=[java, *jvm, *self._kafka_agent(), "-cp", classpath, "kafka.Kafka", str(conf)],
-            log=self.logs / "kafka.log",
-            ports={"broker": self.ports.kafka, "controller": self.ports.kafka_controller,
-                   **({"metrics": self.ports.kafka_metrics} if self.ports.kafka_metrics else {})},
-            healthy=lambda: kafka_ready(self.kafka_bootstrap, security=self.security),
+            name=name,
+            argv=[java, *jvm, *self._kafka_agent(metrics), "-cp", classpath, "kafka.Kafka", str(conf)],
+            log=self.logs / f"{name}.log",
+            ports={"broker": port, "controller": controller,
+                   **({"mirror": mirror[0]} if mirror else {}),
+                   **({"metrics": metrics} if metrics else {})},
+            healthy=lambda: kafka_ready(bootstrap, security=self.security),
             prepare=prepare,
+            on_healthy=lambda: ensure_topics(bootstrap, topics, security=self.security),
         )
 
-    def _kafka_agent(self) -> list[str]:
+    def _kafka_agent(self, port: int) -> list[str]:
         """Prometheus' JMX exporter in the broker, on a loopback port (topic rates for the dashboards)."""
-        if not self.ports.kafka_metrics:
+        if not port:
             return []
         config = paths.stack_config("kafka/jmx-exporter.yaml")
-        return [f"-javaagent:{paths.jmx_exporter_agent()}={self.host}:{self.ports.kafka_metrics}:{config}"]
+        return [f"-javaagent:{paths.jmx_exporter_agent()}={self.host}:{port}:{config}"]
 
     @property
     def prometheus_base_config(self) -> Path:
@@ -339,6 +394,7 @@ class StackLayout:
             f"gateway-{region}", "gateway.yaml", g.health, g.telemetry,
             {"otlp_grpc": g.otlp_grpc, "otlp_http": g.otlp_http},
             {
+                "INFERSIGHT_KAFKA_BROKERS": self.region_bootstrap(region),
                 "INFERSIGHT_REGION": region,
                 "INFERSIGHT_OTLP_GRPC_ENDPOINT": f"{self.host}:{g.otlp_grpc}",
                 "INFERSIGHT_OTLP_HTTP_ENDPOINT": f"{self.host}:{g.otlp_http}",

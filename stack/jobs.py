@@ -397,7 +397,8 @@ def deploy(layout, archive_root: Path, log=print, extra_args: Mapping[str, Seque
         if name in running:
             log(f"[jobs] {name} already running ({running[name]})")
             continue
-        args = [*job_args(name, layout.kafka_bootstrap, str(archive_root)), *(extra_args or {}).get(name, ())]
+        sources = getattr(layout, "normalize_sources", list)()  # multi-region: the mirrored topics
+        args = [*job_args(name, layout.kafka_bootstrap, str(archive_root), sources), *(extra_args or {}).get(name, ())]
         running[name] = submit(layout, module, args)
         log(f"[jobs] {name} submitted ({running[name]})")
     return {name: running[name] for name in JOBS}

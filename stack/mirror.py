@@ -12,15 +12,21 @@ Why each setting (measured with a dedicated MM2 4.3.1 against 4.4.0 brokers, iss
   down 5 minutes after a link came back; only the per-cluster key takes effect in dedicated mode;
 - ``offset-syncs.topic.location = target``: MM2 writes nothing into the regional clusters;
 - record size limits: the gateways send records up to the brokers' ``message.max.bytes`` (8 MiB);
-- topic configs synced: a global topic keeps the retention ``schemas/topics.py`` gives it.
+- topic configs synced: a global topic keeps the retention ``schemas/topics.py`` gives it;
+- heartbeats for the mirrored flows only: MM2 starts a herder, with its internal topics, for every pair of
+  clusters that emits heartbeats, so on by default it wrote configs, offsets and status topics into every
+  regional cluster;
+- no checkpoints: no consumer group reads a regional cluster, so there is nothing to translate. MM2 still
+  logs one ``ERROR Failed to configure MirrorCheckpointConnector`` per flow when it starts: expected.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
-from infersight.schemas.topics import ALL_TOPICS, Topic
+from infersight.schemas.topics import ALL_TOPICS, OTLP_METRICS, OTLP_REQUESTS, Topic
 
 GLOBAL_ALIAS = "global"
 REPLICATION_POLICY = "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"
@@ -46,6 +52,21 @@ def topics_regex(topics: list[Topic] | None = None) -> str:
 def global_topic(region: str, topic: Topic) -> str:
     """The name ``DefaultReplicationPolicy`` gives ``topic`` from ``region`` on the global cluster."""
     return f"{region}.{topic.name}"
+
+
+# What normalize reads by default (its --source-topics): on the global cluster, once per region, mirrored.
+NORMALIZE_SOURCES: tuple[Topic, ...] = (OTLP_REQUESTS, OTLP_METRICS)
+
+
+def global_topics(regions: tuple[str, ...] | list[str]) -> list[Topic]:
+    """The mirrored topics on the global cluster, created up front with ``schemas/topics.py``'s partitions and
+    retention (MM2 keeps an existing topic's partitions; the jobs subscribe before the first record crosses)."""
+    return [dataclasses.replace(t, name=global_topic(r, t)) for r in regions for t in mirrored_topics()]
+
+
+def normalize_sources(regions: tuple[str, ...] | list[str]) -> list[str]:
+    """normalize's ``--source-topics`` on the global cluster: its default topics, as every region's mirror."""
+    return [global_topic(r, t) for r in regions for t in NORMALIZE_SOURCES]
 
 
 def check_regions(regions: list[str] | tuple[str, ...]) -> None:
@@ -103,8 +124,10 @@ class Mirror:
     def __post_init__(self) -> None:
         check_regions(self.regions)
 
-    def native_properties(self, bootstrap: dict[str, str]) -> dict[str, str]:
-        """A dedicated-mode ``mm2.properties`` (``connect-mirror-maker.sh``), given each alias's bootstrap."""
+    def native_properties(self, bootstrap: dict[str, str], rest_listener: str | None = None) -> dict[str, str]:
+        """A dedicated-mode ``mm2.properties`` (``connect-mirror-maker.sh``), given each alias's bootstrap;
+        ``rest_listener``: where the internal REST server binds (``http://HOST:PORT``; Connect's default is
+        every interface on 8083)."""
         missing = [a for a in (*self.regions, GLOBAL_ALIAS) if a not in bootstrap]
         if missing:
             raise ValueError(f"no bootstrap servers for cluster alias(es) {', '.join(missing)}")
@@ -112,10 +135,17 @@ class Mirror:
             "clusters": ", ".join((*self.regions, GLOBAL_ALIAS)),
             "dedicated.mode.enable.internal.rest": "true",
             f"{GLOBAL_ALIAS}.exactly.once.source.support": "enabled",
-            "emit.heartbeats.enabled": "true",
+            # MM2 runs a herder (config, offset and status topics) for every pair of clusters whose heartbeats are on:
+            # off by default, on for the mirrored flows only, so nothing is written into a regional cluster
+            "emit.heartbeats.enabled": "false",
+            # connector settings, read per flow (not per cluster alias): the heartbeats topic on one broker
+            "heartbeats.topic.replication.factor": str(self.replication_factor),
+            "checkpoints.topic.replication.factor": str(self.replication_factor),
             "emit.checkpoints.enabled": "false",
             "sync.group.offsets.enabled": "false",
         }
+        if rest_listener:
+            props["listeners"] = rest_listener
         for key, value in source_connector_config(self.replication_factor).items():
             props[key] = value
         for alias in (*self.regions, GLOBAL_ALIAS):
@@ -126,6 +156,7 @@ class Mirror:
             props[f"{alias}.status.storage.replication.factor"] = str(self.replication_factor)
         for region in self.regions:
             props[f"{region}->{GLOBAL_ALIAS}.enabled"] = "true"
+            props[f"{region}->{GLOBAL_ALIAS}.emit.heartbeats.enabled"] = "true"
             props[f"{region}->{GLOBAL_ALIAS}.topics"] = topics_regex()
             for key, value in source_client_config().items():
                 props[f"{region}.{key}"] = value

@@ -16,6 +16,7 @@ FLINK_KAFKA_CONNECTOR_VERSION = "5.0.0-2.2"
 ZSTD_JNI_VERSION = "1.5.7-17"
 OTELCOL_BUILDER_VERSION = "v0.165.0"
 JMX_EXPORTER_VERSION = "1.0.1"  # as stack/pom.xml
+MIRROR_KAFKA_VERSION = "4.3.1"  # MirrorMaker 2's classpath (stack/pom.xml's mirror.kafka.version)
 
 
 def cache_dir() -> Path:
@@ -34,6 +35,11 @@ def jars_dir() -> Path:
 
 def kafka_classpath_dir() -> Path:
     return jars_dir() / "kafka"
+
+
+def mirror_classpath_dir() -> Path:
+    """MirrorMaker 2's own classpath (``connect-mirror`` and its runtime), apart from the broker's."""
+    return jars_dir() / "mirror"
 
 
 def jmx_exporter_agent() -> Path:

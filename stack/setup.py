@@ -93,6 +93,22 @@ def ensure_jars() -> None:
     else:
         download_jars()
     ensure_watermarks_jar()
+    ensure_mirror_jars()
+
+
+def ensure_mirror_jars() -> None:
+    """MirrorMaker 2's classpath (the multi-region topology), fetched by every set-up like the broker's."""
+    jar = paths.mirror_classpath_dir() / f"connect-mirror-{paths.MIRROR_KAFKA_VERSION}.jar"
+    if jar.exists():
+        return
+    mvn = _require("mvn", "install Maven 3.8+ (Debian: `apt-get install maven`)")
+    log(f"JVM artifacts: MirrorMaker 2 (connect-mirror {paths.MIRROR_KAFKA_VERSION}) from Maven Central ...")
+    _run([mvn, "-B", "-q", "-f", str(paths.resource("infersight.stack", "pom.xml")),
+          f"-Dinfersight.jars={paths.jars_dir()}",
+          f"-Dmaven.repo.local={paths.cache_dir() / 'm2'}",
+          f"-DbuildDirectory={paths.cache_dir() / 'maven-build'}",
+          "-P", "mirror", "dependency:copy-dependencies@mirror"],
+         "Maven download (MirrorMaker 2)", "check that Maven Central is reachable, then rerun")
 
 
 def ensure_watermarks_jar() -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 from infersight.stack import statefile
 from infersight.stack.components import Component, StackLayout
 from infersight.stack.errors import StackError
-from infersight.stack.kafka_admin import ensure_topics
 from infersight.stack.ports import PortPlan, port_in_use
 
 STATE_FILE = "stack.json"
@@ -125,14 +124,12 @@ class Stack:
             for c in to_start:
                 pids[c.name] = self._spawn(c)
                 self._save(pids)
-        topics_ready = False
         for c in components:
             self._wait_healthy(c, pids[c.name], started_at + timeout)
-            if c.name == "kafka" and not topics_ready:
-                created = ensure_topics(self.layout.kafka_bootstrap)
+            if c.on_healthy is not None:
+                created = c.on_healthy()
                 if created:
-                    self.log(f"  {'kafka topics':<26} created {', '.join(created)}")
-                topics_ready = True
+                    self.log(f"  {c.name + ' topics':<26} created {', '.join(created)}")
         if supervise:
             self.ensure_supervisor()
         return time.monotonic() - started_at

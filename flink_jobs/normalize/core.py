@@ -33,6 +33,12 @@ def dead_letter(reason: str, problems: list[str], topic: str, partition: int, of
                               offset=offset, trace_id=trace_id)
 
 
+def is_metrics_topic(topic: str) -> bool:
+    """The regional OTLP metrics topic, or its mirror on the global cluster (``<region>.infersight.otlp.metrics``,
+    MirrorMaker 2's DefaultReplicationPolicy)."""
+    return topic == OTLP_METRICS.name or topic.endswith(f".{OTLP_METRICS.name}")
+
+
 def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: int,
               bounds: TimeBounds = DEFAULT_BOUNDS, on_batch: Callable[[int], Any] | None = None
               ) -> Iterator[tuple[str, str, int]]:
@@ -46,7 +52,7 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
     parsing the JSON."""
     now_ms = now_ns // MS
     try:
-        if topic == OTLP_METRICS.name:
+        if is_metrics_topic(topic):
             gauges = []
             for gauge in gauges_from_payload(payload, now_ns, bounds):
                 if isinstance(gauge, str):
@@ -77,7 +83,7 @@ def normalize(topic: str, partition: int, offset: int, payload: bytes, now_ns: i
             payload, lambda reason, problems, trace_id: dead_letter(reason, problems, topic, partition, offset,
                                                                     payload, trace_id), now_ns, bounds)
     except DecodeError as exc:
-        what = "metrics" if topic == OTLP_METRICS.name else "trace"
+        what = "metrics" if is_metrics_topic(topic) else "trace"
         reason = f"payload: not an OTLP {what} request (protobuf decode failed: {exc})"
         yield DLQ.name, dead_letter(reason, [reason], topic, partition, offset, payload), now_ms
     except Exception as exc:  # noqa: BLE001 - bad input must never stop the job

@@ -144,8 +144,11 @@ class Jobs:
         self.stack, self.layout, self.archive_root = stack, stack.layout, archive_root
         tag = uuid.uuid4().hex[:8]
         self.start_ms = since_now_ms()
+        # multi-region: normalize reads the mirrored <region>.infersight.otlp.* (as stack/jobs.py deploys it)
+        sources = getattr(self.layout, "normalize_sources", list)()
         self.args = {
-            "infersight.flink_jobs.normalize.job": ["--group-id", f"test-normalize-{tag}", *self.since()],
+            "infersight.flink_jobs.normalize.job": ["--group-id", f"test-normalize-{tag}", *self.since(),
+                                                    *(["--source-topics", ",".join(sources)] if sources else [])],
             "infersight.flink_jobs.metrics.job": ["--group-id", f"test-metrics-{tag}", *self.since()],
         }
         if archive_root is not None:

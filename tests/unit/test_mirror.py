@@ -58,6 +58,10 @@ def test_native_properties_carry_every_setting_the_issue_lists():
         assert int(props[f"{region}.consumer.max.partition.fetch.bytes"]) >= mirror.MAX_RECORD_BYTES
     assert int(props["global.producer.max.request.size"]) >= mirror.MAX_RECORD_BYTES
     assert "global->us-east-1.enabled" not in props  # one direction only
+    # heartbeats (and with them MM2's herders and internal topics) only for the mirrored flows, none in a region
+    assert props["emit.heartbeats.enabled"] == "false"
+    assert all(props[f"{r}->global.emit.heartbeats.enabled"] == "true" for r in REGIONS)
+    assert props["heartbeats.topic.replication.factor"] == "1"
 
 
 def test_native_properties_name_a_missing_bootstrap():
