@@ -270,3 +270,25 @@ def test_latest_checkpoint_is_the_newest_complete_one_on_disk_not_the_stale_rest
         assert jobs.latest_checkpoint(SimpleNamespace(flink_rest_url=url), job) == f"file:{root}/chk-137"
     finally:
         server.shutdown()
+
+
+def test_the_demo_submits_its_quality_job_with_a_reference_baseline_and_the_others_as_usual(tmp_path, monkeypatch):
+    import argparse
+
+    from infersight import demo
+    from infersight.flink_jobs.quality.job import engine_params
+    from infersight.stack import jobs
+
+    submitted = {}
+    monkeypatch.setattr(jobs, "running_jobs", lambda layout: {})
+    monkeypatch.setattr(jobs, "submit", lambda layout, module, args: submitted.setdefault(module, args) and "id")
+    lay = StackLayout(tmp_path, PortPlan.free())
+    jobs.deploy(lay, tmp_path / "archive", log=lambda _: None, extra_args=demo.DEMO_JOB_ARGS)
+    for name, module in jobs.JOBS.items():
+        expected = jobs.job_args(name, lay.kafka_bootstrap, str(tmp_path / "archive"))
+        assert submitted[module] == [*expected, *demo.DEMO_JOB_ARGS.get(name, [])]
+    quality = submitted[jobs.JOBS["infersight-quality"]]
+    args = argparse.Namespace(baseline=quality[quality.index("--baseline") + 1], day_bucket_s=900, max_series=200,
+                              reference_s=int(quality[quality.index("--reference-s") + 1]))
+    params = engine_params(args)
+    assert params.baseline == "reference" and params.drift.reference_s == 180
