@@ -301,6 +301,8 @@ def _stack_target(cleanup: contextlib.ExitStack, scratch: Path, state_dir: Path 
     else:
         stack = Stack(state_dir, log=lambda _: None)
     layout = stack.layout
+    if layout.multi_region:
+        raise SystemExit(f"{state_dir}: a multi-region stack; the benchmark reads one Kafka (use a single-region one)")
     running = jobs.running_jobs(layout)
     ids = {name: running[name] for name in JOBS if name in running}
     for name in JOBS:
