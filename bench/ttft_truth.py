@@ -384,7 +384,11 @@ def run(requests: list[int], pipeline: str = "stack", stack_state: Path | None =
                 row |= {f"pipeline_client_{label}_ms": _pct(exported, q * 100) for label, q in QUANTILES.items()}
             runs[str(concurrency)] = row
             print(concurrency, json.dumps(row), flush=True)
-    return {"runs": runs, "pipeline": pipeline, "region": target.region}
+    result: dict[str, Any] = {"runs": runs, "pipeline": pipeline, "region": target.region}
+    if pipeline == "stack":
+        result["prometheus_query"] = tp.quantile_query(0.99, str(target.region), "<model>").replace("0.99", "<q>", 1)
+        result["records_topic"] = f"{tp.CLIENT_CALLS.name} (read_committed), joined by the metrics job's join"
+    return result
 
 
 def main() -> None:
