@@ -28,6 +28,11 @@ CAUSE_MIRROR = "mirror"  # reachable, but the mirrored beacons lag the region's 
 
 # The gateways' beacon period (collectors/gateway.yaml's periodic reader interval, in ms there)
 BEACON_INTERVAL_S = 2.0
+# The judgement's bounds (stack/region_status.py, Thresholds; the alert texts quote them)
+LINK_TIMEOUT_S = 6.0      # no probe through the link answered for this long: link_delayed (cause link)
+LAG_BOUND_S = 8.0         # the mirrored beacons this far behind the region's: link_delayed (cause mirror)
+BEACONS_TIMEOUT_S = 10.0  # the link answers and the regional beacon topic stood still this long: gateways_down
+IDLE_S = 30.0             # beacons on time and no span accepted over this much of them: no_traffic
 
 # --- Prometheus (the names the service exposes; dashboards and alert rules derive theirs from here) ---
 REGION_STATUS_JOB = "region_status"

@@ -37,10 +37,10 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class Thresholds:
-    link_timeout_s: float = 6.0      # no probe answer for this long: the link is down
-    lag_bound_s: float = 8.0         # mirrored beacons further behind the region's than this: delayed (4 beacons)
-    beacons_timeout_s: float = 10.0  # the regional beacon topic still for this long (5 beacons): gateways down
-    idle_s: float = 30.0             # no span accepted over this much of beacons: no traffic
+    link_timeout_s: float = RS.LINK_TIMEOUT_S        # no probe answer for this long: the link is down
+    lag_bound_s: float = RS.LAG_BOUND_S              # mirrored beacons further behind than this: delayed
+    beacons_timeout_s: float = RS.BEACONS_TIMEOUT_S  # the regional beacon topic still this long: gateways down
+    idle_s: float = RS.IDLE_S                        # no span accepted over this much of beacons: no traffic
     gateway_window_s: float = 60.0   # a gateway counts while its beacons arrived this recently
     rate_half_life_s: float = 10.0   # the regional write rate's smoothing (the backlog estimate during a cut)
 
