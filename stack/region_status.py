@@ -18,7 +18,8 @@ The status, in this order (the first that holds):
 1. ``link_delayed`` (cause ``link``): no probe answered for ``link_timeout_s``; whatever the gateways do, the
    global side cannot know, so a cut link is never called down;
 2. ``link_delayed`` (cause ``mirror``): the probe answers but the mirrored beacons lag the region's by more than
-   ``lag_bound_s`` (MM2 draining a backlog after a heal, slow, or down);
+   ``lag_bound_s``, or the backlog is more than ``lag_bound_s`` of the region's write rate (MM2 draining after a
+   heal, slow, or down);
 3. ``gateways_down``: the probe answers, and the region's beacon topic has not grown across answers spanning
    ``beacons_timeout_s``;
 4. ``no_traffic``: beacons arrive on time, and no gateway accepted a span over the last ``idle_s`` of beacons;
@@ -155,6 +156,13 @@ class RegionJudge:
             return self._measured_backlog(), False
         return self.backlog_at_last_ok + round(self.write_rate * (now - self.last_ok)), True
 
+    def backlog_seconds(self) -> float | None:
+        """The measured backlog in seconds of the region's write rate (the data topics can trail the beacons)."""
+        backlog = self._measured_backlog()
+        if not backlog or self.write_rate <= 0:
+            return None
+        return backlog / self.write_rate
+
     def _recent(self, now: float) -> dict[str, list[tuple[float, int, float, float]]]:
         return {g: list(h) for g, h in self.beacons.items() if h and now - h[-1][0] <= self.t.gateway_window_s}
 
@@ -187,6 +195,10 @@ class RegionJudge:
         if lag > self.t.lag_bound_s:
             return RS.LINK_DELAYED, RS.CAUSE_MIRROR, f"the link answers; the mirrored beacons are {lag:.0f} s " \
                                                      "behind the region's (the mirror is catching up or stalled)"
+        behind = self.backlog_seconds()
+        if behind is not None and behind > self.t.lag_bound_s:
+            return RS.LINK_DELAYED, RS.CAUSE_MIRROR, f"the link answers; the mirror is {behind:.0f} s of the " \
+                                                     "region's writes behind (catching up or stalled)"
         assert self.last_ok is not None and self.beacon_grew_at is not None
         still = self.last_ok - self.beacon_grew_at
         if still >= self.t.beacons_timeout_s:

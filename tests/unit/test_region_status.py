@@ -27,6 +27,7 @@ class World:
         self.link = "up"          # up | cut
         self.gateways = True      # the gateway writes beacons
         self.mirroring = True     # MM2 copies (only while the link is up)
+        self.mirror_data = True   # ... the data topics too (else only the beacons: a data topic trailing)
         self.rate = 50            # requests/s the gateway accepts (one record per request here)
         self.spans = 0.0
         self.beacons: list[tuple[int, float]] = []  # (timestamp ms, accepted spans), in the regional topic
@@ -47,7 +48,8 @@ class World:
                 for ts, spans in self.beacons[self.copied_beacons:]:
                     self.judge.beacon(Beacon("gw-1", ts, spans), self.now)
                 self.copied_beacons = len(self.beacons)
-                self.copied_records = self.records
+                if self.mirror_data:
+                    self.copied_records = self.records
                 self.judge.mirrored_offset(REQ, self.copied_records)
                 self.judge.mirrored_offset(BEA, self.copied_beacons)
             if self.link == "up":
@@ -227,3 +229,18 @@ def test_prometheus_text_is_one_hot_per_region():
     assert len(lines) == len(RS.STATUSES)
     assert [ln for ln in lines if ln.endswith(" 1")] == [f'{RS.STATUS}{{region="eu-west-1",status="ok"}} 1']
     assert f'{RS.LINK_UP}{{region="eu-west-1"}} 1' in text and f'{RS.BACKLOG_RECORDS}{{region="eu-west-1"}} 0' in text
+
+
+def test_data_trailing_the_beacons_is_delayed_until_the_backlog_is_under_the_bound():
+    w = World()
+    w.step(40)
+    w.mirror_data = False  # the beacons cross, the requests topic does not
+    trailing = w.now
+    w.step(30)
+    r = w.record()
+    assert r["status"] == RS.LINK_DELAYED and r["cause"] == RS.CAUSE_MIRROR and r["link_lag_s"] <= 2, r
+    assert w.first(RS.LINK_DELAYED, trailing) <= Thresholds().lag_bound_s + 2
+    w.mirror_data = True
+    drained = w.now
+    w.step(5)
+    assert w.first(RS.OK, drained) <= 2 and RS.GATEWAYS_DOWN not in w.seen(trailing)
