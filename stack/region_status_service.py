@@ -153,6 +153,9 @@ class RegionStatusService:
                   for t in mirror.mirrored_topics() for p in range(t.partitions)}
         ends = {(tp.topic, tp.partition): f.result(timeout=timeout + 1).offset
                 for tp, f in admin.list_offsets(latest, request_timeout=timeout).items()}
+        invalid = sorted(f"{t}[{p}]" for (t, p), n in ends.items() if n is None or n < 0)
+        if invalid:  # an answer without offsets is no answer (librdkafka reports some failures this way)
+            raise RuntimeError(f"no end offset for {', '.join(invalid[:3])}")
         newest = {TopicPartition(GATEWAY_BEACONS.name, p): OffsetSpec.max_timestamp()
                   for p in range(GATEWAY_BEACONS.partitions)}
         stamps = [f.result(timeout=timeout + 1).timestamp
