@@ -244,3 +244,29 @@ def test_data_trailing_the_beacons_is_delayed_until_the_backlog_is_under_the_bou
     drained = w.now
     w.step(5)
     assert w.first(RS.OK, drained) <= 2 and RS.GATEWAYS_DOWN not in w.seen(trailing)
+
+
+def test_a_beacon_decodes_to_the_otlp_receivers_accepted_spans_and_the_queues():
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    from infersight.stack.region_status_service import decode_beacon
+
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    for k, v in (("service.instance.id", "gw-7"), ("cloud.region", "eu-west-1")):
+        a = rm.resource.attributes.add()
+        a.key, a.value.string_value = k, v
+    metrics = rm.scope_metrics.add().metrics
+    accepted = metrics.add()
+    accepted.name = "otelcol_receiver_accepted_spans"
+    for receiver, n in (("otlp", 120), ("otlp", 30), ("otlp/beacon", 999)):  # grpc and http; not the beacons'
+        p = accepted.sum.data_points.add()
+        p.as_int = n
+        attr = p.attributes.add()
+        attr.key, attr.value.string_value = "receiver", receiver
+    queue = metrics.add()
+    queue.name = "otelcol_exporter_queue_size"
+    for n in (3, 4):
+        queue.gauge.data_points.add().as_int = n
+    [b] = decode_beacon(req.SerializeToString(), EPOCH_MS)
+    assert b == Beacon("gw-7", EPOCH_MS, 150.0, 7.0)
