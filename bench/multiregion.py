@@ -18,7 +18,10 @@ end -> its window queryable in Prometheus, the throughput bench's definition and
 - ``link_cut_60s``: the first region's relay blackholed 60 s under traffic, then healed; sent/lost/double for
   that region, ``drain_s`` (from the heal until its count in Prometheus equals its ledger) and
   ``late_records``: how many of the region's records the metrics job took as late meanwhile (issue #25
-  item 3: they join the counters but miss their windows).
+  item 3: they join the counters but miss their windows); and from the region status service (sampled twice a
+  second): ``status_detected_s`` (the cut -> the region's first ``link_delayed``), ``wrong_status`` (seconds
+  from the cut to the drain in a status that contradicts a cut: ``gateways_down`` or ``no_traffic``) and
+  ``status_ok_after_heal_s`` (the heal -> ``ok`` again).
 
 Writes bench/results/multiregion.json (keys of the issue; what was not measured is absent, never invented).
 Timings on the shared 2-core machine are noisy: one run is one sample.
@@ -48,6 +51,7 @@ from tests.support.pipeline_load import (
     settle,
     tally,
 )
+from tests.support.region_status import StatusWatch
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "multiregion.json"
@@ -158,6 +162,7 @@ def late_records(prom_url: str, region: str) -> int:
 def link_cut(stack, rate: float, cut_s: float) -> dict[str, Any]:
     """The first region's link blackholed ``cut_s`` under traffic; that region's ledger and drain time."""
     from infersight.demo import endpoints_of
+    from infersight.schemas import region_status as RS
     from infersight.simulator.run import Simulator
     from infersight.stack.multiregion import link
 
@@ -165,9 +170,12 @@ def link_cut(stack, rate: float, cut_s: float) -> dict[str, Any]:
     region = lay.regions[0]
     tag = uuid.uuid4().hex[:6]
     late_before = late_records(lay.prometheus_url, region)
+    watch = StatusWatch(lay)
+    watch.start()
     sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=60).start()
     time.sleep(20)
     link(lay, region, "cut")
+    cut_at = time.monotonic()
     time.sleep(cut_s)
     link(lay, region, "heal")
     healed = time.monotonic()
@@ -187,11 +195,22 @@ def link_cut(stack, rate: float, cut_s: float) -> dict[str, Any]:
         settle(lay.prometheus_url, {tag: sim.ledger}, timeout_s=60, quiet_s=30)
     finally:
         keep.stop()
+        watch.stop()
     t = tally(sent_region, {k: n for k, n in counted_per_series(lay.prometheus_url, tag).items() if k[0] == region})
     out = {"region": region, "cut_s": cut_s, "sent": t.sent, "lost": t.lost, "double": t.double,
            "delivered": delivered, "late_records": late_records(lay.prometheus_url, region) - late_before}
     if drain_s is not None:  # absent when the region never equalled its ledger (then lost/double say why)
         out["drain_s"] = drain_s
+    if watch.samples:  # absent when the status service never answered (then nothing was measured)
+        detected = watch.first(region, RS.LINK_DELAYED, cut_at)
+        if detected is not None:
+            out["status_detected_s"] = round(detected, 1)
+        until = healed + (drain_s if drain_s is not None else 0.0)
+        out["wrong_status"] = round(watch.seconds_in(region, {RS.GATEWAYS_DOWN, RS.NO_TRAFFIC}, cut_at, until), 1)
+        ok_after = watch.first(region, RS.OK, healed)
+        if ok_after is not None:
+            out["status_ok_after_heal_s"] = round(ok_after, 1)
+        out["status_transitions"] = watch.transitions(region, cut_at)
     return out
 
 
