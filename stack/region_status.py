@@ -121,6 +121,9 @@ class RegionJudge:
         horizon = b.timestamp_ms - 1000 * max(self.t.idle_s, self.t.gateway_window_s) * 2
         while len(history) > 2 and history[1][1] <= horizon:
             history.popleft()
+        # a restarted gateway is a new instance: forget those gone for ten windows (bounded state)
+        for gone in [g for g, h in self.beacons.items() if received_at - h[-1][0] > 10 * self.t.gateway_window_s]:
+            del self.beacons[gone]
 
     def mirrored_offset(self, tp: TopicPartition, next_offset: int) -> None:
         """MM2 committed ``tp`` up to ``next_offset`` (exclusive) in the global cluster."""

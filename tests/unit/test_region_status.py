@@ -270,3 +270,10 @@ def test_a_beacon_decodes_to_the_otlp_receivers_accepted_spans_and_the_queues():
         queue.gauge.data_points.add().as_int = n
     [b] = decode_beacon(req.SerializeToString(), EPOCH_MS)
     assert b == Beacon("gw-7", EPOCH_MS, 150.0, 7.0)
+
+
+def test_gateways_gone_for_long_are_forgotten():
+    j = RegionJudge("r", 0.0)
+    j.beacon(Beacon("old", EPOCH_MS, 1), 0.0)
+    j.beacon(Beacon("new", EPOCH_MS + 700_000, 1), 700.0)
+    assert set(j.beacons) == {"new"}
