@@ -22,6 +22,9 @@ end -> its window queryable in Prometheus, the throughput bench's definition and
   second): ``status_detected_s`` (the cut -> the region's first ``link_delayed``), ``wrong_status`` (seconds
   from the cut to the drain in a status that contradicts a cut: ``gateways_down`` or ``no_traffic``) and
   ``status_ok_after_heal_s`` (the heal -> ``ok`` again).
+- ``mm2_kill9``: MirrorMaker 2 killed with ``kill -9`` under traffic (the supervisor starts it again): every
+  region's sent/lost/double, ``moving_s`` (kill -> the first mirrored record created after the kill reaches
+  the global broker's ``read_committed`` readers) and ``drain_s`` (kill -> the mirror lag back under 2 s).
 
 Writes bench/results/multiregion.json (keys of the issue; what was not measured is absent, never invented).
 Timings on the shared 2-core machine are noisy: one run is one sample.
@@ -43,6 +46,7 @@ import numpy as np
 from bench.results_file import save_results
 from bench.throughput import judge, run_step
 from tests.support.pipeline_load import (
+    MirrorResumed,
     WindowWatcher,
     counted_per_series,
     fleet,
@@ -214,13 +218,58 @@ def link_cut(stack, rate: float, cut_s: float) -> dict[str, Any]:
     return out
 
 
+def mm2_kill9(stack, rate: float) -> dict[str, Any]:
+    """``kill -9`` of MirrorMaker 2 under traffic (the supervisor restarts it): every region's ledger, and the
+    seconds from the kill until mirrored data moves again (``moving_s``) and until the mirror lag is back under
+    2 s (``drain_s``: the backlog of the dead time is through)."""
+    import os
+    import signal
+
+    from infersight.demo import endpoints_of
+    from infersight.simulator.run import Simulator
+    from infersight.stack.multiregion import MIRRORMAKER
+
+    lay = stack.layout
+    tag = uuid.uuid4().hex[:6]
+    resumed = MirrorResumed(lay.kafka_bootstrap, lay.normalize_sources())
+    resumed.start()
+    sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=61).start()
+    time.sleep(20)
+    pid = stack.running_components()[MIRRORMAKER]
+    killed = time.time()
+    resumed.arm(killed)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 180
+    while resumed.caught_up_at is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(10)
+    delivered = sim.stop(flush_s=60)
+    resumed.stop_event.set()
+    keep = keep_event_time_moving(endpoints_of(stack), tag)
+    try:
+        settle(lay.prometheus_url, {tag: sim.ledger}, timeout_s=180, quiet_s=30)
+    finally:
+        keep.stop()
+    t = tally(sent_per_series(sim.ledger), counted_per_series(lay.prometheus_url, tag))
+    out: dict[str, Any] = {"sent": t.sent, "lost": t.lost, "double": t.double, "delivered": delivered,
+                           "restarted": stack.running_components().get(MIRRORMAKER) not in (None, pid)}
+    for key, at in (("moving_s", resumed.moving_at), ("drain_s", resumed.caught_up_at)):
+        if at is not None:  # absent when it never happened within 3 minutes
+            out[key] = round(at - killed, 1)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=1000.0, help="offered requests/s (all regions)")
     parser.add_argument("--step-s", type=float, default=120.0, help="seconds of traffic per topology")
     parser.add_argument("--cut-s", type=float, default=60.0, help="the link cut's length")
+    parser.add_argument("--faults", default="link_cut,mm2_kill9", help="multi-region faults after the step")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
+    faults = [f for f in args.faults.split(",") if f]
+    if set(faults) - {"link_cut", "mm2_kill9"}:
+        parser.error(f"unknown faults {sorted(set(faults) - {'link_cut', 'mm2_kill9'})}: link_cut, mm2_kill9")
 
     from infersight.stack import setup
 
@@ -241,9 +290,12 @@ def main() -> None:
                 row.pop(k, None)
             result[key] = row
             print(f"[multiregion] {topology}: {json.dumps(row)}", flush=True)
-            if topology == "multi-region":
+            if topology == "multi-region" and "link_cut" in faults:
                 result["link_cut_60s" if args.cut_s == 60 else f"link_cut_{args.cut_s:.0f}s"] = \
                     link_cut(stack, args.rate, args.cut_s)
+            if topology == "multi-region" and "mm2_kill9" in faults:
+                result["mm2_kill9"] = mm2_kill9(stack, args.rate)
+                print(f"[multiregion] mm2_kill9: {json.dumps(result['mm2_kill9'])}", flush=True)
         finally:
             stack.down(wipe=True)
     result["wall_s"] = round(time.monotonic() - started, 1)

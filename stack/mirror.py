@@ -10,6 +10,8 @@ Why each setting (measured with a dedicated MM2 4.3.1 against 4.4.0 brokers, iss
 - exactly-once into the global cluster: a restarted MM2 must not double-count requests;
 - ``<alias>.scheduled.rebalance.max.delay.ms``: with Connect's default (5 min) the heartbeat flow stayed
   down 5 minutes after a link came back; only the per-cluster key takes effect in dedicated mode;
+- ``<alias>.plugin.discovery = service_load``: each of MM2's herders (one per flow) scanned the classpath by
+  reflection when it started, 2-6 s apiece on this machine, on the path of every restart (a ``kill -9``);
 - ``offset-syncs.topic.location = target``: MM2 writes nothing into the regional clusters;
 - record size limits: the gateways send records up to the brokers' ``message.max.bytes`` (8 MiB);
 - topic configs synced: a global topic keeps the retention ``schemas/topics.py`` gives it;
@@ -35,6 +37,7 @@ MAX_RECORD_BYTES = 8 * 1024 * 1024
 # A fetch or request must hold one whole record plus its batch overhead.
 CLIENT_MAX_BYTES = 2 * MAX_RECORD_BYTES
 REBALANCE_MAX_DELAY_MS = 5_000
+PLUGIN_DISCOVERY = "service_load"
 # A region name is a DNS label: it names Kubernetes objects and prefixes topic names.
 REGION_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -151,6 +154,7 @@ class Mirror:
         for alias in (*self.regions, GLOBAL_ALIAS):
             props[f"{alias}.bootstrap.servers"] = bootstrap[alias]
             props[f"{alias}.scheduled.rebalance.max.delay.ms"] = str(REBALANCE_MAX_DELAY_MS)
+            props[f"{alias}.plugin.discovery"] = PLUGIN_DISCOVERY
             props[f"{alias}.config.storage.replication.factor"] = str(self.replication_factor)
             props[f"{alias}.offset.storage.replication.factor"] = str(self.replication_factor)
             props[f"{alias}.status.storage.replication.factor"] = str(self.replication_factor)

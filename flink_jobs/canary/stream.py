@@ -7,6 +7,7 @@ kept by the job in keyed state."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from infersight.flink_jobs.canary.core import ALL_REGIONS, JUDGED, NS, Bake, BakeConfig
@@ -28,20 +29,35 @@ def route(raw: str | bytes, limiter: LabelLimiter, now_ms: int) -> tuple[dict[st
     """One ``infersight.requests`` message -> records by bake key (``model|region`` and ``model|`` for the
     overall bake), and dead letters for what is not a request record. Models and regions past the
     cardinality bounds are folded by the limiter and not judged (a folded model mixes several)."""
+    return _route(raw, limiter, now_ms, _request_item)
+
+
+def _route(raw: str | bytes, limiter: LabelLimiter, now_ms: int,
+           item_of: Callable[[Any], tuple[dict[str, Any] | None, str | None]]
+           ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """A message's items by bake key (``item_of``: the item to judge or a dead letter, or neither), or the whole
+    message dead-lettered when it is not a JSON batch."""
     try:
         batch = parse_batch(raw)
     except (ValueError, TypeError):
         return {}, [dead_letter(JOB, "not_json", raw)]
     out: dict[str, list[dict[str, Any]]] = {}
     letters = []
-    for item in batch:
-        if not isinstance(item, dict) or not isinstance(item.get("model"), str) or not item["model"] \
-                or not isinstance(item.get("end_ns"), int) or not isinstance(item.get("region", ""), str):
-            letters.append(dead_letter(JOB, "not_a_request_record", json_of(item),
-                                       problems=["a request record needs a model, a region and an integer end_ns"]))
-            continue
-        _add_keyed(out, item, limiter, now_ms)
+    for raw_item in batch:
+        item, letter = item_of(raw_item)
+        if letter is not None:
+            letters.append(letter)
+        elif item is not None:
+            _add_keyed(out, item, limiter, now_ms)
     return out, letters
+
+
+def _request_item(item: Any) -> tuple[dict[str, Any] | None, str | None]:
+    if not isinstance(item, dict) or not isinstance(item.get("model"), str) or not item["model"] \
+            or not isinstance(item.get("end_ns"), int) or not isinstance(item.get("region", ""), str):
+        return None, dead_letter(JOB, "not_a_request_record", json_of(item),
+                                 problems=["a request record needs a model, a region and an integer end_ns"])
+    return item, None
 
 
 def _add_keyed(out: dict[str, list[dict[str, Any]]], item: dict[str, Any], limiter: LabelLimiter,
@@ -80,23 +96,19 @@ def judged_item(evaluation: dict[str, Any]) -> dict[str, Any] | None:
 def route_evaluations(raw: str | bytes, limiter: LabelLimiter, now_ms: int
                       ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
     """One ``infersight.evaluations`` message -> judged items by bake key, as ``route`` does for requests."""
-    try:
-        batch = parse_batch(raw)
-    except (ValueError, TypeError):
-        return {}, [dead_letter(JOB, "not_json", raw)]
-    out: dict[str, list[dict[str, Any]]] = {}
-    letters = []
-    for evaluation in batch:
-        item = judged_item(evaluation) if isinstance(evaluation, dict) else None
-        if item is None or not isinstance(item["model"], str) or not item["model"] \
-                or not isinstance(item["end_ns"], int) or not isinstance(item["region"], str):
-            if not isinstance(evaluation, dict) or evaluation.get("name") in (QUALITY_EVALUATOR, *GUARDRAILS):
-                letters.append(dead_letter(JOB, "not_an_evaluation_record", json_of(evaluation), problems=[
-                    "an evaluation record needs a model, a region, an integer time_ns, a numeric score and a "
-                    "sample rate in (0, 1]"]))
-            continue  # another evaluator's result: not judged here
-        _add_keyed(out, item, limiter, now_ms)
-    return out, letters
+    return _route(raw, limiter, now_ms, _evaluation_item)
+
+
+def _evaluation_item(evaluation: Any) -> tuple[dict[str, Any] | None, str | None]:
+    item = judged_item(evaluation) if isinstance(evaluation, dict) else None
+    if item is None or not isinstance(item["model"], str) or not item["model"] \
+            or not isinstance(item["end_ns"], int) or not isinstance(item["region"], str):
+        if not isinstance(evaluation, dict) or evaluation.get("name") in (QUALITY_EVALUATOR, *GUARDRAILS):
+            return None, dead_letter(JOB, "not_an_evaluation_record", json_of(evaluation), problems=[
+                "an evaluation record needs a model, a region, an integer time_ns, a numeric score and a "
+                "sample rate in (0, 1]"])
+        return None, None  # another evaluator's result: not judged here
+    return item, None
 
 
 class CanaryState:

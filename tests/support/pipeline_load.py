@@ -185,3 +185,39 @@ def by_region(per_series: Iterable[tuple[SeriesKey, int]]) -> Counter:
     for key, n in per_series:
         out[key[0]] += n
     return out
+
+
+class MirrorResumed(threading.Thread):
+    """After ``arm(t)``: when the global broker's ``read_committed`` readers first receive a mirrored request
+    record created after ``t`` (MM2 moves data again), and when the mirror lag is back under ``caught_up_s``
+    (its backlog is through)."""
+
+    def __init__(self, bootstrap: str, topics: list[str], caught_up_s: float = 2.0) -> None:
+        super().__init__(daemon=True, name="mirror-resumed")
+        import uuid
+
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"mirror-resumed-{uuid.uuid4().hex[:6]}",
+                                  "auto.offset.reset": "latest", "isolation.level": "read_committed",
+                                  "enable.auto.commit": False})
+        self.consumer.subscribe(topics)
+        self.caught_up_s = caught_up_s
+        self.since: float | None = None
+        self.moving_at: float | None = None
+        self.caught_up_at: float | None = None
+        self.stop_event = threading.Event()
+
+    def arm(self, since: float) -> None:
+        self.since = since
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            for m in self.consumer.consume(500, timeout=0.2):
+                now, created = time.time(), m.timestamp()[1] / 1000
+                if m.error() is not None or self.since is None or created <= self.since:
+                    continue
+                self.moving_at = self.moving_at or now
+                if self.caught_up_at is None and now - created <= self.caught_up_s:
+                    self.caught_up_at = now
+        self.consumer.close()

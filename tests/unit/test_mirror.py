@@ -50,6 +50,7 @@ def test_native_properties_carry_every_setting_the_issue_lists():
     assert props["sync.topic.configs.enabled"] == "true"
     for alias in (*REGIONS, "global"):
         assert props[f"{alias}.scheduled.rebalance.max.delay.ms"] == "5000"  # only the per-cluster key works
+        assert props[f"{alias}.plugin.discovery"] == "service_load"  # a restart does not scan the classpath
         assert props[f"{alias}.bootstrap.servers"] == BOOT[alias]
     for region in REGIONS:
         assert props[f"{region}->global.enabled"] == "true"
