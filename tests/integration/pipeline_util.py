@@ -172,6 +172,15 @@ class Jobs:
     def running(self) -> bool:
         return all(flink.tasks_running(self.layout, j) for j in self.ids.values())
 
+    def states(self) -> dict[str, str]:
+        """Each job's state and its vertices' (a time-out message says which job did not run, and why)."""
+        out = {}
+        for module, job_id in self.ids.items():
+            job = requests.get(f"{self.layout.flink_rest_url}/jobs/{job_id}", timeout=5).json()
+            vertices = sorted({v["status"] for v in job.get("vertices", [])})
+            out[module.rsplit(".", 2)[-2]] = f"{job['state']} {'/'.join(vertices)}"
+        return out
+
     def stop_quietly(self) -> None:
         """Teardown: stop every job with a savepoint whatever state the cluster is in (a plain cancel would
         leave Kafka transactions open, blocking the next test's read_committed readers for minutes)."""

@@ -122,7 +122,8 @@ def test_a_regional_slowdown_pages_and_every_panel_has_data(stack, alerting_for_
                                                        str(QUALITY_WINDOW_S), "--baseline", "stable_track",
                                                        *jobs.since()]
     jobs.start()
-    wait_until(jobs.running, 180, "the jobs to run")
+    # five jobs' Python workers start at once on CI's two cores: minutes, not seconds
+    wait_until(jobs.running, 360, "the jobs to run", last_of=jobs.states)
     spec = dataclasses.replace(fleet(TAG, 300.0), judge_rate=JUDGE_RATE, perturbations=(
         Perturbation("slow", at_s=WARMUP_S, duration_s=SLOW_FOR_S, magnitude=MAGNITUDE, region=SLOWED_REGION),))
     sim = Simulator(spec, endpoints_of(stack), seed=5).start()
