@@ -18,10 +18,16 @@ end -> its window queryable in Prometheus, the throughput bench's definition and
 - ``link_cut_60s``: the first region's relay blackholed 60 s under traffic, then healed; sent/lost/double for
   that region, ``drain_s`` (from the heal until its count in Prometheus equals its ledger) and
   ``late_records``: how many of the region's records the metrics job took as late meanwhile (issue #25
-  item 3: they join the counters but miss their windows).
+  item 3: they join the counters but miss their windows); and from the region status service (sampled twice a
+  second): ``status_detected_s`` (the cut -> the region's first ``link_delayed``), ``wrong_status`` (seconds
+  from the cut to the drain in a status that contradicts a cut: ``gateways_down`` or ``no_traffic``) and
+  ``status_ok_after_heal_s`` (the heal -> ``ok`` again).
 - ``mm2_kill9``: MirrorMaker 2 killed with ``kill -9`` under traffic (the supervisor starts it again): every
   region's sent/lost/double, ``moving_s`` (kill -> the first mirrored record created after the kill reaches
-  the global broker's ``read_committed`` readers) and ``drain_s`` (kill -> the mirror lag back under 2 s).
+  the global broker's ``read_committed`` readers) and ``drain_s`` (kill -> the mirror lag back under 2 s);
+  ``status_detected_s`` (the kill -> the first region ``link_delayed``, absent if MM2 moved again before the
+  status's lag bound) and ``wrong_status`` (seconds of any region in ``gateways_down`` or ``no_traffic`` until
+  the drain).
 
 Writes bench/results/multiregion.json (keys of the issue; what was not measured is absent, never invented).
 Timings on the shared 2-core machine are noisy: one run is one sample.
@@ -52,6 +58,7 @@ from tests.support.pipeline_load import (
     settle,
     tally,
 )
+from tests.support.region_status import StatusWatch
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "multiregion.json"
@@ -169,9 +176,12 @@ def link_cut(stack, rate: float, cut_s: float) -> dict[str, Any]:
     region = lay.regions[0]
     tag = uuid.uuid4().hex[:6]
     late_before = late_records(lay.prometheus_url, region)
+    watch = StatusWatch(lay)
+    watch.start()
     sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=60).start()
     time.sleep(20)
     link(lay, region, "cut")
+    cut_at = time.monotonic()
     time.sleep(cut_s)
     link(lay, region, "heal")
     healed = time.monotonic()
@@ -191,11 +201,38 @@ def link_cut(stack, rate: float, cut_s: float) -> dict[str, Any]:
         settle(lay.prometheus_url, {tag: sim.ledger}, timeout_s=60, quiet_s=30)
     finally:
         keep.stop()
+        watch.stop()
     t = tally(sent_region, {k: n for k, n in counted_per_series(lay.prometheus_url, tag).items() if k[0] == region})
     out = {"region": region, "cut_s": cut_s, "sent": t.sent, "lost": t.lost, "double": t.double,
            "delivered": delivered, "late_records": late_records(lay.prometheus_url, region) - late_before}
     if drain_s is not None:  # absent when the region never equalled its ledger (then lost/double say why)
         out["drain_s"] = drain_s
+    out.update(status_figures(watch, [region], cut_at, healed + (drain_s if drain_s is not None else 0.0), healed))
+    return out
+
+
+def status_figures(watch: StatusWatch, regions: list[str], fault_at: float, until: float,
+                   healed: float | None = None) -> dict[str, Any]:
+    """The region status through a fault that delays ``regions``' telemetry (a cut link, a dead MM2), from
+    ``fault_at`` to ``until`` (monotonic): ``status_detected_s`` (the first ``link_delayed`` of any of them;
+    absent when none came, e.g. MM2 back before the lag bound), ``wrong_status`` (seconds of any of them in
+    ``gateways_down`` or ``no_traffic``: contradicting a delay) and, given ``healed``, ``status_ok_after_heal_s``.
+    Empty when the status service never answered."""
+    from infersight.schemas import region_status as RS
+
+    if not watch.samples:
+        return {}
+    out: dict[str, Any] = {}
+    detected = [d for r in regions if (d := watch.first(r, RS.LINK_DELAYED, fault_at, until)) is not None]
+    if detected:
+        out["status_detected_s"] = round(min(detected), 1)
+    out["wrong_status"] = round(0.0 + sum(watch.seconds_in(r, {RS.GATEWAYS_DOWN, RS.NO_TRAFFIC}, fault_at, until)
+                                    for r in regions), 1)
+    if healed is not None:
+        ok_after = [watch.first(r, RS.OK, healed) for r in regions]
+        if all(x is not None for x in ok_after):
+            out["status_ok_after_heal_s"] = round(max(ok_after), 1)
+    out["status_transitions"] = {r: watch.transitions(r, fault_at) for r in regions}
     return out
 
 
@@ -214,18 +251,23 @@ def mm2_kill9(stack, rate: float) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
     resumed = MirrorResumed(lay.kafka_bootstrap, lay.normalize_sources())
     resumed.start()
+    watch = StatusWatch(lay)
+    watch.start()
     sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=61).start()
     time.sleep(20)
     pid = stack.running_components()[MIRRORMAKER]
     killed = time.time()
+    killed_mono = time.monotonic()
     resumed.arm(killed)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 180
     while resumed.caught_up_at is None and time.monotonic() < deadline:
         time.sleep(0.5)
+    caught_up_mono = time.monotonic()
     time.sleep(10)
     delivered = sim.stop(flush_s=60)
     resumed.stop_event.set()
+    watch.stop()
     keep = keep_event_time_moving(endpoints_of(stack), tag)
     try:
         settle(lay.prometheus_url, {tag: sim.ledger}, timeout_s=180, quiet_s=30)
@@ -237,6 +279,7 @@ def mm2_kill9(stack, rate: float) -> dict[str, Any]:
     for key, at in (("moving_s", resumed.moving_at), ("drain_s", resumed.caught_up_at)):
         if at is not None:  # absent when it never happened within 3 minutes
             out[key] = round(at - killed, 1)
+    out.update(status_figures(watch, list(lay.regions), killed_mono, caught_up_mono))
     return out
 
 

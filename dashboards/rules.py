@@ -29,6 +29,7 @@ from infersight.dashboards.common import (
 from infersight.schemas import canary as C
 from infersight.schemas import pipeline as P
 from infersight.schemas import quality as Q
+from infersight.schemas import region_status as RS
 from infersight.schemas.topics import DLQ
 
 RUNBOOK = "docs/runbook.md"
@@ -163,18 +164,50 @@ def detection_alerts() -> list[dict[str, Any]]:
     ]
 
 
+# -- region status (multi-region: schemas/region_status.py) --------------------------------------------
+def region_in(status: str) -> str:
+    """The regions whose current status is ``status`` (value 1, by region)."""
+    return f'max by ({RS.LABEL_REGION}) ({RS.STATUS}{{{RS.LABEL_STATUS}="{status}"}} == 1)'
+
+
+# A region whose telemetry is late (its link cut, the mirror behind) is delayed, not down: the alerts that read
+# "no data" from a region hold off while it is, or every network blip between regions would page.
+UNLESS_DELAYED = f"\nunless on ({RS.LABEL_REGION})\n{region_in(RS.LINK_DELAYED)}"
+REGION_STATUS_FOR = "30s"
+
+
+def region_status_alerts() -> list[dict[str, Any]]:
+    """Delayed and down from the region status service: one status per region at a time (one-hot), so the two
+    never fire together; down also names delayed as its exception, should two statuses ever be reported."""
+    return [
+        alert("InfersightRegionTelemetryDelayed",
+              f"max by ({RS.LABEL_REGION}) ({RS.LINK_LAG_SECONDS})\nand on ({RS.LABEL_REGION})\n"
+              f"{region_in(RS.LINK_DELAYED)}", WARNING,
+              "Telemetry from {{ $labels.region }} delayed {{ $value | humanizeDuration }} (link)",
+              "The region's telemetry reaches the global cluster late: its link is cut or slow, or MirrorMaker 2 "
+              "is behind. Its data is kept in the regional Kafka and is counted in its own windows when it "
+              "arrives; the region is not known to be down.", for_=REGION_STATUS_FOR),
+        alert("InfersightRegionDown",
+              f"{region_in(RS.GATEWAYS_DOWN)}{UNLESS_DELAYED}", CRITICAL,
+              "Region {{ $labels.region }} down: its gateways write no beacon",
+              "The link to the region works and its Kafka answers, but none of its gateways wrote a beacon for "
+              f"{RS.BEACONS_TIMEOUT_S:g} s: the gateways are down or cannot reach their Kafka, and the region's "
+              "telemetry is being lost at the pods (their SDKs retry, then drop).", for_=REGION_STATUS_FOR),
+    ]
+
+
 # -- the pipeline itself ----------------------------------------------------------------------------------
 def pipeline_alerts() -> list[dict[str, Any]]:
     win = f"{WINDOW_REQUESTS}{{{REGIONAL}}}"
     return [
         alert("InfersightPipelineStale",
-              f"time() - max by (region) (timestamp({win})) > {FRESHNESS_BOUND_S}", WARNING,
+              f"time() - max by (region) (timestamp({win})) > {FRESHNESS_BOUND_S}{UNLESS_DELAYED}", WARNING,
               "{{ $labels.region }}: newest window is {{ $value | humanizeDuration }} old",
               f"The metrics job's newest window for the region ended more than {FRESHNESS_BOUND_S} s ago "
               "(10 s windows; freshness p99 is ~16 s when healthy).", for_="1m"),
         alert("InfersightRegionNoData",
               f"count by (region) (max_over_time({win}[1h]))\nunless\n"
-              f"count by (region) (last_over_time({win}[2m]))", CRITICAL,
+              f"count by (region) (last_over_time({win}[2m])){UNLESS_DELAYED}", CRITICAL,
               "{{ $labels.region }}: no window from the pipeline for 2 minutes",
               "The region reported in the last hour but no window reached Prometheus in the last 2 minutes: "
               "its pods, gateway, or the jobs stopped.", for_="1m"),
@@ -316,6 +349,7 @@ def rule_files(config: S.SLOConfig) -> dict[str, dict[str, Any]]:
         "detection.rules.yml": {"groups": [{"name": "infersight-detection", "rules": detection_alerts()}]},
         "rollouts.rules.yml": {"groups": [{"name": "infersight-rollouts", "rules": rollout_alerts()}]},
         "quality.rules.yml": {"groups": [{"name": "infersight-quality", "rules": quality_alerts()}]},
+        "regions.rules.yml": {"groups": [{"name": "infersight-regions", "rules": region_status_alerts()}]},
         "pipeline.rules.yml": {"groups": [{"name": "infersight-pipeline", "rules": pipeline_alerts()},
                                           {"name": "infersight-collectors", "rules": collector_alerts()},
                                           {"name": "infersight-flink", "rules": flink_alerts()},

@@ -122,7 +122,22 @@ CLIENT_CALLS = Topic(
                 "Read with schemas.records.parse_batch.",
 )
 
+GATEWAY_BEACONS = Topic(
+    "infersight.otlp.beacons", "OTLP ExportMetricsServiceRequest (protobuf): a gateway's own telemetry", "none",
+    partitions=1, retention_ms=DAY_MS, producer="regional otelcol gateways (their internal telemetry, periodically)",
+    description="Each gateway's own counters every few seconds (spans and points received and exported, queue "
+                "size, uptime): written into the regional Kafka and mirrored like the rest, they tell the global "
+                "side whether a silent region is delayed or down (schemas.region_status).",
+)
+REGION_STATUS = Topic(
+    "infersight.region_status", "region status (JSON, schemas.region_status)", "region",
+    partitions=1, retention_ms=7 * DAY_MS, producer="region status service",
+    description="Per region: ok, link_delayed, gateways_down or no_traffic, with the link lag and backlog; the "
+                "latest per region kept (compacted), a record on every change and a refresh every few seconds.",
+    cleanup_policy="compact",
+)
+
 ALL_TOPICS: tuple[Topic, ...] = (
     OTLP_SPANS, OTLP_REQUESTS, OTLP_METRICS, REQUESTS, PODS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
-    WINDOW_STATS, EVALUATIONS, CLIENT_CALLS,
+    WINDOW_STATS, EVALUATIONS, CLIENT_CALLS, GATEWAY_BEACONS, REGION_STATUS,
 )

@@ -146,6 +146,7 @@ class StackLayout:
             *(multiregion.regional(self) if self.multi_region else []),
             self.kafka(),
             *([multiregion.mirrormaker(self)] if self.multi_region else []),
+            *([multiregion.region_status(self)] if self.multi_region and self.ports.region_status else []),
             self.prometheus(),
             *([self.alertmanager()] if self.ports.alertmanager else []),
             *([self.verdict_service()] if self.ports.verdicts else []),
@@ -282,6 +283,12 @@ class StackLayout:
             if job["job_name"] == "otelcol":  # the same labels as compose's, on this stack's ports
                 job["static_configs"] = [{"targets": [f"{self.host}:{port}"], "labels": labels}
                                          for labels, port in targets]
+        if self.multi_region and self.ports.region_status:  # the region status service (schemas.region_status)
+            from infersight.schemas import region_status as RS
+
+            config.setdefault("scrape_configs", []).append({
+                "job_name": RS.REGION_STATUS_JOB, "scrape_interval": "5s",
+                "static_configs": [{"targets": [f"{self.host}:{self.ports.region_status}"]}]})
         if self.ports.kafka_metrics:  # the broker's JMX exporter (compose's Kafka image runs none)
             config.setdefault("scrape_configs", []).append({
                 "job_name": KAFKA_SCRAPE_JOB, "scrape_interval": "15s",
@@ -392,13 +399,15 @@ class StackLayout:
         g = self.ports.gateways[index]
         return self._collector(
             f"gateway-{region}", "gateway.yaml", g.health, g.telemetry,
-            {"otlp_grpc": g.otlp_grpc, "otlp_http": g.otlp_http},
+            {"otlp_grpc": g.otlp_grpc, "otlp_http": g.otlp_http, **({"beacon": g.beacon} if g.beacon else {})},
             {
                 "INFERSIGHT_KAFKA_BROKERS": self.region_bootstrap(region),
                 "INFERSIGHT_REGION": region,
                 "INFERSIGHT_OTLP_GRPC_ENDPOINT": f"{self.host}:{g.otlp_grpc}",
                 "INFERSIGHT_OTLP_HTTP_ENDPOINT": f"{self.host}:{g.otlp_http}",
                 "INFERSIGHT_QUEUE_DIR": str(self.data / f"gateway-{region}" / "queue"),
+                # its beacons' loopback receiver (collectors/gateway.yaml); a plan saved before: the default port
+                **({"INFERSIGHT_BEACON_ENDPOINT": f"{self.host}:{g.beacon}"} if g.beacon else {}),
                 "INFERSIGHT_MEMORY_LIMIT_MIB": str(GATEWAY_MEMORY_LIMIT_MIB),
                 **GATEWAY_GO_GC,
             },

@@ -98,6 +98,41 @@ def mirrormaker(layout: StackLayout) -> Component:
     )
 
 
+REGION_STATUS = "region-status"
+
+
+def region_status_url(layout: StackLayout) -> str:
+    return f"http://{layout.host}:{layout.ports.region_status}"
+
+
+def region_status(layout: StackLayout) -> Component:
+    """The region status service (stack/region_status_service.py): each region probed through its link (the
+    bootstrap MM2 uses), the mirrored beacons and MM2's offsets read on the global cluster."""
+    from infersight.stack.components import Component, http_ok
+
+    regions = mirror_bootstrap(layout)
+    url = region_status_url(layout)
+    return Component(
+        name=REGION_STATUS,
+        argv=[sys.executable, "-m", "infersight.stack.region_status_service",
+              "--global-brokers", layout.kafka_bootstrap, "--host", layout.host,
+              "--port", str(layout.ports.region_status),
+              *(a for r in layout.regions for a in ("--region", f"{r}={regions[r]}"))],
+        log=layout.logs / f"{REGION_STATUS}.log",
+        ports={"http": layout.ports.region_status},
+        healthy=lambda: http_ok(f"{url}/healthz"),
+    )
+
+
+def statuses(layout: StackLayout) -> dict[str, dict]:
+    """Each region's latest status record (``schemas.region_status.RECORD_FIELDS``) from the service."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{region_status_url(layout)}/status", timeout=5) as resp:
+        return {r["region"]: r for r in json.loads(resp.read())["regions"]}
+
+
 def link(layout: StackLayout, region: str, action: str = "") -> dict:
     """``cut``, ``reset`` or ``heal`` ``region``'s link (``stack/relay.py``); no action: its state and the bytes
     it forwarded each way. Returns the relay's state as JSON."""

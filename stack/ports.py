@@ -26,6 +26,9 @@ class GatewayPorts:
     otlp_http: int
     health: int
     telemetry: int
+    # the receiver of the gateway's own beacons (its internal telemetry, collectors/gateway.yaml); 0 in a plan saved
+    # before beacons existed: that gateway listens on the config's default (start that stack afresh)
+    beacon: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class RegionalKafkaPorts:
 
 
 TOPOLOGIES = ("single", "multi-region")
+GATEWAY_PORTS = len(dataclasses.fields(GatewayPorts))
 REGIONAL_PORTS = len(dataclasses.fields(RegionalKafkaPorts))
 
 
@@ -70,6 +74,7 @@ class PortPlan:
     # multi-region topology: one entry per region (empty: a single Kafka), and MirrorMaker 2's internal REST port
     regional_kafka: tuple[RegionalKafkaPorts, ...] = field(default_factory=tuple)
     mirrormaker: int = 0
+    region_status: int = 0  # the region status service (multi-region; 0: not started)
 
     @property
     def topology(self) -> str:
@@ -79,41 +84,43 @@ class PortPlan:
     def default(cls, regions: int = 3, host: str = "127.0.0.1", topology: str = "single") -> PortPlan:
         _check_topology(topology)
         gateways = tuple(
-            GatewayPorts(4317 + 10 * i, 4318 + 10 * i, 13133 + 10 * i, 8888 + 10 * i) for i in range(regions)
+            GatewayPorts(4317 + 10 * i, 4318 + 10 * i, 13133 + 10 * i, 8888 + 10 * i, 4319 + 10 * i)
+            for i in range(regions)
         )
         regional = tuple(RegionalKafkaPorts(*range(9100 + 10 * i, 9100 + 10 * i + REGIONAL_PORTS))
                          for i in range(regions)) if topology == "multi-region" else ()
         # Alertmanager's customary 9093 is Kafka's controller here; 8083 is Connect's customary REST port
         return cls(host, 9092, 9093, 9090, 8081, 6123, 13183, 8938, gateways, alertmanager=9095, sink_otlp=4397,
                    kafka_metrics=9404, verdicts=8089, regional_kafka=regional,
-                   mirrormaker=8083 if regional else 0)
+                   mirrormaker=8083 if regional else 0, region_status=8084 if regional else 0)
 
     @classmethod
     def from_base(cls, base: int, regions: int = 3, host: str = "127.0.0.1", topology: str = "single") -> PortPlan:
         _check_topology(topology)
-        if not 1024 <= base <= 65535 - 12 - (4 + REGIONAL_PORTS) * regions:
+        if not 1024 <= base <= 65535 - 13 - (GATEWAY_PORTS + REGIONAL_PORTS) * regions:
             raise StackError(f"base port {base} leaves no room for the stack's ports",
                              "pick a --base-port between 1024 and 65000")
         gateways = tuple(
-            GatewayPorts(base + 10 + 4 * i, base + 11 + 4 * i, base + 12 + 4 * i, base + 13 + 4 * i)
+            GatewayPorts(*range(base + 10 + GATEWAY_PORTS * i, base + 10 + GATEWAY_PORTS * (i + 1)))
             for i in range(regions)
         )
-        first = base + 11 + 4 * regions  # the multi-region ports follow the single topology's
+        first = base + 11 + GATEWAY_PORTS * regions  # the multi-region ports follow the single topology's
         regional = tuple(RegionalKafkaPorts(*range(first + REGIONAL_PORTS * i, first + REGIONAL_PORTS * (i + 1)))
                          for i in range(regions)) if topology == "multi-region" else ()
         return cls(host, base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, gateways,
                    alertmanager=base + 7, sink_otlp=base + 8, kafka_metrics=base + 9,
-                   verdicts=base + 10 + 4 * regions, regional_kafka=regional,
-                   mirrormaker=first + REGIONAL_PORTS * regions if regional else 0)
+                   verdicts=base + 10 + GATEWAY_PORTS * regions, regional_kafka=regional,
+                   mirrormaker=first + REGIONAL_PORTS * regions if regional else 0,
+                   region_status=first + REGIONAL_PORTS * regions + 1 if regional else 0)
 
     @classmethod
     def free(cls, regions: int = 3, host: str = "127.0.0.1", topology: str = "single") -> PortPlan:
         """Ports the kernel reports unused right now (tests run stacks side by side)."""
         _check_topology(topology)
-        multi = (REGIONAL_PORTS * regions + 1) if topology == "multi-region" else 0
+        multi = (REGIONAL_PORTS * regions + 2) if topology == "multi-region" else 0
         socks = []
         try:
-            for _ in range(11 + 4 * regions + multi):
+            for _ in range(11 + GATEWAY_PORTS * regions + multi):
                 s = socket.socket()
                 s.bind((host, 0))
                 socks.append(s)
@@ -121,15 +128,17 @@ class PortPlan:
         finally:
             for s in socks:
                 s.close()
-        gateways = tuple(GatewayPorts(*ports[7 + 4 * i: 11 + 4 * i]) for i in range(regions))
+        g = GATEWAY_PORTS
+        gateways = tuple(GatewayPorts(*ports[7 + g * i: 7 + g * (i + 1)]) for i in range(regions))
         kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry = ports[:7]
-        rest = ports[11 + 4 * regions:]
+        rest = ports[11 + g * regions:]
         regional = tuple(RegionalKafkaPorts(*rest[REGIONAL_PORTS * i: REGIONAL_PORTS * (i + 1)])
                          for i in range(regions)) if multi else ()
         return cls(host, kafka, controller, prometheus, flink_rest, flink_rpc, sink_health, sink_telemetry,
-                   gateways, alertmanager=ports[7 + 4 * regions], sink_otlp=ports[8 + 4 * regions],
-                   kafka_metrics=ports[9 + 4 * regions], verdicts=ports[10 + 4 * regions],
-                   regional_kafka=regional, mirrormaker=rest[-1] if multi else 0)
+                   gateways, alertmanager=ports[7 + g * regions], sink_otlp=ports[8 + g * regions],
+                   kafka_metrics=ports[9 + g * regions], verdicts=ports[10 + g * regions],
+                   regional_kafka=regional, mirrormaker=rest[-2] if multi else 0,
+                   region_status=rest[-1] if multi else 0)
 
     def named(self) -> Iterator[tuple[str, int]]:
         """Every port with the name of what listens there."""

@@ -8,7 +8,11 @@ Prometheus is held to its ledger: a loss and a double count each summed on its o
 
 Faults (issue #25 item 4, short versions): a 60 s silent cut of one region's link (the relay blackholes it)
 and, meanwhile, a reset of another's (connections closed, refused for 20 s), then both healed; MirrorMaker 2
-killed with ``kill -9`` under traffic (the supervisor starts it again; its exactly-once producers are fenced).
+killed with ``kill -9`` under traffic (the supervisor starts it again; its exactly-once producers are fenced);
+and one region's gateway killed with its link up. Through each, the region status service (issue #25 item 2)
+must say what happened: ``link_delayed`` within 15 s of a cut or reset and never ``gateways_down`` for it,
+``ok`` again within 15 s of the drain; never ``gateways_down`` while MM2 restarts (delayed by the mirror at most);
+and ``gateways_down`` within 30 s for the dead gateway, never ``link_delayed``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import uuid
 import pytest
 
 from infersight.demo import endpoints_of
+from infersight.schemas import region_status as RS
 from infersight.simulator.run import Simulator
 from infersight.stack import multiregion
 from tests.integration.pipeline_util import Jobs, wait_until
@@ -31,11 +36,15 @@ from tests.support.pipeline_load import (
     settle,
     tally,
 )
+from tests.support.region_status import StatusWatch
 
 pytestmark = pytest.mark.integration
 RATE = 200  # requests/s over the three regions: four brokers, MM2 and Flink share 2 cores here
 CUT_S = 60
 RESET_S = 20
+DETECT_DELAYED_S = 15  # issue #25's goals
+OK_AFTER_DRAIN_S = 15
+DETECT_DOWN_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +103,13 @@ def test_the_topology_runs_and_every_request_is_counted_once_per_region(stack, j
         wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
                    "the first windows of every region in Prometheus")
         time.sleep(10)
+        during = multiregion.statuses(lay)  # under traffic, nothing wrong: every region ok
     finally:
         delivered = sim.stop()
     assert delivered, sim.exporter.stats()
+    assert {r: s["status"] for r, s in during.items()} == {r: RS.OK for r in lay.regions}, during
+    assert all(s["link_up"] and s["gateways"] == 1 and s["backlog_records"] is not None
+               and s["spans_per_s"] for s in during.values()), during
     tallies = settled(stack, sim, tag)
     for region, t in tallies.items():
         assert t.sent > 0 and (t.lost, t.double) == (0, 0), (region, t.to_json())
@@ -120,8 +133,67 @@ def test_the_topology_runs_and_every_request_is_counted_once_per_region(stack, j
         assert kafka_admin.existing_topics(lay.region_bootstrap(region)) - {"__consumer_offsets"} == mirrored
     crossed = {r: multiregion.link(lay, r)["bytes_down"] for r in lay.regions}
     assert all(n > 0 for n in crossed.values()), crossed  # MM2 reached every region through its link only
+    # the region status on the compacted stream and in Prometheus too (ok, or no_traffic once the load stopped)
+    streamed = latest_status_records(lay.kafka_bootstrap)
+    assert set(streamed) == set(lay.regions) and all(set(r) == set(RS.RECORD_FIELDS) for r in streamed.values())
+    assert {r["status"] for r in streamed.values()} <= {RS.OK, RS.NO_TRAFFIC}, streamed
+    from infersight.simulator.prom import query
+
+    rows = query(lay.prometheus_url, f'{RS.STATUS}{{{RS.LABEL_STATUS}=~"{RS.OK}|{RS.NO_TRAFFIC}"}} == 1',
+                 timeout_s=15)
+    assert {r["metric"][RS.LABEL_REGION] for r in rows} == set(lay.regions), rows
     print(f"multi-region: {sum(t.sent for t in tallies.values())} requests counted exactly per series; "
           f"link bytes {crossed}")
+
+
+def latest_status_records(bootstrap: str) -> dict[str, dict]:
+    """The compacted status stream read from its start: the latest record per region."""
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from infersight.schemas.topics import REGION_STATUS
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"status-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+    out: dict[str, dict] = {}
+    try:
+        tp = TopicPartition(REGION_STATUS.name, 0, 0)
+        end = consumer.get_watermark_offsets(tp, timeout=10)[1]
+        consumer.assign([tp])
+        deadline = time.monotonic() + 30
+        while end and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            out[msg.key().decode()] = json.loads(msg.value())
+            if msg.offset() >= end - 1:
+                break
+    finally:
+        consumer.close()
+    return out
+
+
+def assert_delayed_not_down(watch: StatusWatch, region: str, fault_at: float, healed_at: float) -> dict:
+    """``region``'s status through a link fault from ``fault_at`` to ``healed_at``: link_delayed within 15 s and
+    nothing else afterwards, never down; ok within 15 s of the drain: the backlog (the regional cluster's end
+    offsets less MM2's committed ones) back to its level in the 30 s before the fault."""
+    detected = watch.first(region, RS.LINK_DELAYED, fault_at)
+    baseline = max((r["backlog_records"] or 0 for _, r in watch.series(region, fault_at - 30, fault_at)), default=0)
+    drained = watch.first_where(region, healed_at,
+                                lambda r: r["link_up"] and r["backlog_records"] is not None
+                                and r["backlog_records"] <= baseline)
+    ok_at = watch.first(region, RS.OK, drained) if drained is not None else None
+    seen = watch.seen(region, fault_at, healed_at)
+    summary = {"region": region, "detected_s": detected, "baseline_backlog": baseline,
+               "drained_s": drained and round(drained - healed_at, 1),
+               "ok_after_drain_s": ok_at, "seen": sorted(seen), "transitions": watch.transitions(region, fault_at)}
+    assert detected is not None and detected <= DETECT_DELAYED_S, summary
+    assert seen <= {RS.OK, RS.LINK_DELAYED}, summary  # ok only before it was detected
+    assert watch.seen(region, fault_at + detected, healed_at) == {RS.LINK_DELAYED}, summary
+    assert RS.GATEWAYS_DOWN not in watch.seen(region, fault_at), summary
+    assert ok_at is not None and ok_at <= OK_AFTER_DRAIN_S, summary
+    return summary
 
 
 def test_a_silent_link_cut_and_a_link_reset_lose_and_double_nothing(stack, jobs):
@@ -129,14 +201,19 @@ def test_a_silent_link_cut_and_a_link_reset_lose_and_double_nothing(stack, jobs)
     cut, reset = lay.regions[0], lay.regions[1]
     tag = uuid.uuid4().hex[:6]
     sim = Simulator(fleet(tag, RATE), endpoints_of(stack), seed=32).start()
+    watch = StatusWatch(lay)
+    watch.start()
     try:
         wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
                    "the first windows of every region in Prometheus")
+        wait_until(lambda: {s["status"] for s in multiregion.statuses(lay).values()} == {RS.OK}, 60,
+                   "every region ok before the faults")
         assert multiregion.link(lay, cut, "cut")["state"] == "cut"
         assert multiregion.link(lay, reset, "reset")["state"] == "reset"
         cut_at = time.monotonic()
         time.sleep(RESET_S)
         assert multiregion.link(lay, reset, "heal")["state"] == "open"
+        reset_healed_at = time.monotonic()
         frozen = counted_per_region(lay.prometheus_url, tag).get(cut, 0)
         time.sleep(max(0.0, CUT_S - (time.monotonic() - cut_at)))
         # nothing crossed the cut link: its region's count stood still while the others moved on
@@ -148,8 +225,15 @@ def test_a_silent_link_cut_and_a_link_reset_lose_and_double_nothing(stack, jobs)
         delivered = sim.stop()
     assert delivered, sim.exporter.stats()
     tallies = settled(stack, sim, tag)
+    watch.stop()
     print(f"link faults: cut {cut} {CUT_S} s, reset {reset} {RESET_S} s; settled {time.monotonic() - healed_at:.0f} s "
           f"after the heal: " + "; ".join(f"{r} {t.to_json()}" for r, t in tallies.items()))
+    statuses = [assert_delayed_not_down(watch, cut, cut_at, healed_at),
+                assert_delayed_not_down(watch, reset, cut_at, reset_healed_at)]
+    print(f"region status through the faults: {statuses}")
+    # the third region saw nothing of it (no_traffic at most, once the load stopped)
+    assert watch.seen(lay.regions[2], cut_at, healed_at) == {RS.OK}, watch.transitions(lay.regions[2], cut_at)
+    assert watch.seen(lay.regions[2], cut_at) <= {RS.OK, RS.NO_TRAFFIC}, watch.transitions(lay.regions[2], cut_at)
     for region, t in tallies.items():
         assert t.sent > 0 and (t.lost, t.double) == (0, 0), (region, t.to_json())
 
@@ -163,6 +247,8 @@ def test_mirrormaker_killed_loses_and_doubles_nothing_and_moves_again(stack, job
     resumed = MirrorResumed(lay.kafka_bootstrap, lay.normalize_sources())
     resumed.start()
     sim = Simulator(fleet(tag, RATE), endpoints_of(stack), seed=33).start()
+    watch = StatusWatch(lay)
+    watch.start()
     try:
         wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
                    "the first windows of every region in Prometheus")
@@ -179,7 +265,44 @@ def test_mirrormaker_killed_loses_and_doubles_nothing_and_moves_again(stack, job
         resumed.stop_event.set()
     assert delivered, sim.exporter.stats()
     tallies = settled(stack, sim, tag)
+    watch.stop()
+    # MM2 away: the links answer, the mirror stops; at most link_delayed by the mirror, never down
+    mono_killed = time.monotonic() - (time.time() - killed)
+    for region in lay.regions:
+        rows = [r for _, r in watch.series(region, mono_killed)]
+        print(f"MM2 kill -9, {region}: {watch.transitions(region, mono_killed)}")
+        assert RS.GATEWAYS_DOWN not in {r["status"] for r in rows}, watch.transitions(region, mono_killed)
+        assert {r["cause"] for r in rows if r["status"] == RS.LINK_DELAYED} <= {RS.CAUSE_MIRROR}, rows
     print(f"MM2 kill -9: moving again after {resumed.moving_at - killed:.1f} s; "
           + "; ".join(f"{r} {t.to_json()}" for r, t in tallies.items()))
     for region, t in tallies.items():
         assert t.sent > 0 and (t.lost, t.double) == (0, 0), (region, t.to_json())
+
+
+def test_a_region_whose_gateway_dies_with_its_link_up_is_down_not_delayed(stack):
+    lay = stack.layout
+    region = lay.regions[2]
+    gateway = f"gateway-{region}"
+    watch = StatusWatch(lay)
+    watch.start()
+    try:
+        time.sleep(3)
+        before = multiregion.statuses(lay)[region]
+        assert before["status"] in (RS.OK, RS.NO_TRAFFIC), before  # no traffic in this test: either is right
+        assert stack.stop(gateway, grace_s=0)
+        killed_at = time.monotonic()
+        took = watch.wait_for(region, RS.GATEWAYS_DOWN, killed_at, DETECT_DOWN_S + 5)
+        down = multiregion.statuses(lay)[region]
+        stack.up(only=[gateway])
+        restarted_at = time.monotonic()
+        back = watch.wait_for(region, RS.OK, restarted_at, 60) or watch.first(region, RS.NO_TRAFFIC, restarted_at)
+    finally:
+        watch.stop()
+    print(f"gateway of {region} killed: {RS.GATEWAYS_DOWN} after {took} s; back after {back} s; "
+          f"transitions {watch.transitions(region, killed_at)}")
+    assert took is not None and took <= DETECT_DOWN_S, watch.transitions(region, killed_at)
+    assert down["link_up"] and down["cause"] == "", down
+    assert RS.LINK_DELAYED not in watch.seen(region, killed_at, restarted_at), watch.transitions(region, killed_at)
+    assert back is not None, watch.transitions(region, killed_at)
+    for other in lay.regions[:2]:
+        assert RS.GATEWAYS_DOWN not in watch.seen(other, killed_at), watch.transitions(other, killed_at)

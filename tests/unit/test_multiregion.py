@@ -28,7 +28,7 @@ MULTI = "multi-region"
                                   PortPlan.free(topology=MULTI)])
 def test_multi_region_plans_have_distinct_ports_and_round_trip(plan):
     ports = [p for _, p in plan.named()]
-    assert len(ports) == len(set(ports)) == 11 + 4 * 3 + 5 * 3 + 1  # + per region 5, + MM2
+    assert len(ports) == len(set(ports)) == 11 + 5 * 3 + 5 * 3 + 2  # + per region 5, + MM2, + region status
     assert plan.topology == MULTI and len(plan.regional_kafka) == 3 and plan.mirrormaker
     assert PortPlan.from_dict(plan.to_dict()) == plan
 
@@ -66,8 +66,9 @@ def test_components_of_each_topology(tmp_path):
     multi = [c.name for c in StackLayout(tmp_path, PortPlan.free(topology=MULTI)).components()]
     extra = [n for n in multi if n not in single]
     assert extra == ["kafka-us-east-1", "link-us-east-1", "kafka-eu-west-1", "link-eu-west-1",
-                     "kafka-ap-southeast-1", "link-ap-southeast-1", "mirrormaker"]
+                     "kafka-ap-southeast-1", "link-ap-southeast-1", "mirrormaker", "region-status"]
     assert multi.index("mirrormaker") == multi.index("kafka") + 1  # after the global broker it writes to
+    assert multi.index("region-status") == multi.index("mirrormaker") + 1
 
 
 def test_each_gateway_writes_to_its_own_region_and_the_jobs_to_the_global_broker(tmp_path):

@@ -25,7 +25,7 @@ def all_ports(plan: PortPlan) -> list[int]:
 @pytest.mark.parametrize("plan", [PortPlan.default(), PortPlan.from_base(20000), PortPlan.free()])
 def test_port_plans_have_distinct_ports(plan):
     ports = all_ports(plan)
-    assert len(ports) == len(set(ports)) == 11 + 4 * 3  # Kafka x2 ... the verdict service, gateways
+    assert len(ports) == len(set(ports)) == 11 + 5 * 3  # Kafka x2 ... the verdict service, gateways (5 each)
     assert plan.host == "127.0.0.1"
 
 
