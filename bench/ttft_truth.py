@@ -303,19 +303,12 @@ def _stack_target(cleanup: contextlib.ExitStack, scratch: Path, state_dir: Path 
     layout = stack.layout
     if layout.multi_region:
         raise SystemExit(f"{state_dir}: a multi-region stack; the benchmark reads one Kafka (use a single-region one)")
-    running = jobs.running_jobs(layout)
-    ids = {name: running[name] for name in JOBS if name in running}
-    for name in JOBS:
-        if name not in ids:
-            args = jobs.job_args(name, layout.kafka_bootstrap, str(scratch / "archive"), layout.normalize_sources())
-            ids[name] = jobs.submit(layout, jobs.JOBS[name], args)
-            if state_dir is not None:  # ours on someone's stack: stopped with a savepoint at the end
-                cleanup.callback(jobs.stop, layout, ids[name])
-    deadline = time.monotonic() + 300
-    while not all(jobs.tasks_running(layout, j) for j in ids.values()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the jobs {ids} did not run within 300 s; logs in {layout.logs}")
-        time.sleep(2)
+    before = jobs.running_jobs(layout)
+    ids = jobs.deploy(layout, scratch / "archive", log=lambda _: None, only=JOBS)
+    if state_dir is not None:  # ours on someone's stack: stopped with a savepoint at the end
+        for name in (n for n in JOBS if n not in before):
+            cleanup.callback(jobs.stop, layout, ids[name])
+    jobs.wait_running(layout, ids.values(), 300)
     print(f"[ttft] jobs running: {ids}", flush=True)
     tap = tp.KafkaTap(layout.kafka_bootstrap).start()
     cleanup.callback(tap.stop)

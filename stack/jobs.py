@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from infersight.flink_jobs.common.kafka_io import KAFKA_PROPERTIES_ENV
@@ -388,12 +388,14 @@ def job_args(name: str, brokers: str, archive_root: str, source_topics: Sequence
     return args
 
 
-def deploy(layout, archive_root: Path, log=print, extra_args: Mapping[str, Sequence[str]] | None = None
-           ) -> dict[str, str]:
-    """Submit every job that is not running (``extra_args``: more arguments per job name, e.g. the demo's);
-    returns name -> job id of all of them."""
+def deploy(layout, archive_root: Path, log=print, extra_args: Mapping[str, Sequence[str]] | None = None,
+           only: Sequence[str] | None = None) -> dict[str, str]:
+    """Submit every job (of ``only``, when given) that is not running (``extra_args``: more arguments per job name,
+    e.g. the demo's); returns name -> job id of all of them."""
+    names = list(JOBS) if only is None else list(only)
     running = running_jobs(layout)
-    for name, module in JOBS.items():
+    for name in names:
+        module = JOBS[name]
         if name in running:
             log(f"[jobs] {name} already running ({running[name]})")
             continue
@@ -401,7 +403,17 @@ def deploy(layout, archive_root: Path, log=print, extra_args: Mapping[str, Seque
         args = [*job_args(name, layout.kafka_bootstrap, str(archive_root), sources), *(extra_args or {}).get(name, ())]
         running[name] = submit(layout, module, args)
         log(f"[jobs] {name} submitted ({running[name]})")
-    return {name: running[name] for name in JOBS}
+    return {name: running[name] for name in names}
+
+
+def wait_running(layout, job_ids: Iterable[str], timeout_s: float = 300.0) -> None:
+    """Return once every job and all its tasks run; a RuntimeError naming the logs after ``timeout_s``."""
+    job_ids = list(job_ids)
+    deadline = time.monotonic() + timeout_s
+    while not all(tasks_running(layout, j) for j in job_ids):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the jobs {job_ids} did not run within {timeout_s:.0f} s; logs in {layout.logs}")
+        time.sleep(2)
 
 
 def stop_all(layout, log=print) -> list[str]:

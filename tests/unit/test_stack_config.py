@@ -292,3 +292,17 @@ def test_the_demo_submits_its_quality_job_with_a_reference_baseline_and_the_othe
                               reference_s=int(quality[quality.index("--reference-s") + 1]))
     params = engine_params(args)
     assert params.baseline == "reference" and params.drift.reference_s == 180
+
+
+def test_deploy_only_submits_the_named_jobs_that_are_not_running(tmp_path, monkeypatch):
+    from infersight.stack import jobs
+
+    submitted = []
+    monkeypatch.setattr(jobs, "running_jobs", lambda layout: {"infersight-normalize": "running-id"})
+    monkeypatch.setattr(jobs, "submit", lambda layout, module, args: submitted.append(module) or f"id-{module}")
+    lay = StackLayout(tmp_path, PortPlan.free())
+    ids = jobs.deploy(lay, tmp_path / "archive", log=lambda _: None,
+                      only=("infersight-normalize", "infersight-metrics"))
+    assert submitted == [jobs.JOBS["infersight-metrics"]]
+    assert ids == {"infersight-normalize": "running-id",
+                   "infersight-metrics": f"id-{jobs.JOBS['infersight-metrics']}"}
