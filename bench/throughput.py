@@ -1,12 +1,14 @@
 """Whole-pipeline throughput: the fleet simulator ramps offered load through the real pipeline (3 regional
-gateways, Kafka, every job of stack/jobs.py on Flink, the sink collector, Prometheus; 1 % of the requests
-judged, as in production, for the quality job) and, for each step, records the load held with zero loss,
-freshness (request end -> its window's metric queryable in Prometheus) p50/p99, CPU and memory per component,
-and the first bottleneck.
+gateways, Kafka, every job of stack/jobs.py (or those of ``--jobs``) on Flink, the sink collector, Prometheus;
+1 % of the requests judged, as in production, for the quality job) and, for each step, records the load held
+with zero loss, freshness (request end -> its window's metric queryable in Prometheus) p50/p99, CPU and memory
+per component, and the first bottleneck.
 
     .venv/bin/python -m bench.throughput              # full: steps of 5 min until one is not held
     .venv/bin/python -m bench.throughput --quick      # 2 steps of 60 s (< 5 min with the stack's start)
     .venv/bin/python -m bench.throughput --steps 1000,2000,4000 --step-s 120
+    .venv/bin/python -m bench.throughput --steps 10000 --jobs infersight-normalize,infersight-metrics,\
+        infersight-archive,infersight-detect,infersight-quality --results bench/results/throughput_quality.json
 
 Starts its own stack (fresh, free ports, in a temporary folder) and stops it at the end. Writes
 bench/results/throughput.json and bench/results/throughput.png. Each step's fleet has its own model
@@ -198,6 +200,8 @@ def main() -> None:
                              "job reads besides every request (default %(default)s)")
     parser.add_argument("--topology", choices=["single", "multi-region"], default="single",
                         help="the stack's topology (as `infersight up --topology`)")
+    parser.add_argument("--jobs", help="the jobs to run, comma-separated (default: all of stack.jobs.JOBS), e.g. "
+                                       "the pipeline with the quality job but not the canary job")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help=f"results file (default {RESULTS.relative_to(REPO)}; its plot beside it as .png)")
     args = parser.parse_args()
@@ -211,6 +215,10 @@ def main() -> None:
     from infersight.stack.ports import PortPlan
     from infersight.stack.supervisor import Stack
 
+    names = args.jobs.split(",") if args.jobs else list(jobs.JOBS)
+    unknown = sorted(set(names) - set(jobs.JOBS))
+    if unknown:
+        parser.error(f"unknown jobs {unknown}; the jobs are {', '.join(jobs.JOBS)}")
     started = time.monotonic()
     setup.ensure_all()
     state = Path(tempfile.mkdtemp(prefix="infersight-throughput-"))
@@ -218,7 +226,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         stack.up()
-        jobs.deploy(stack.layout, state / "archive", log=lambda m: print(m, flush=True))
+        jobs.deploy(stack.layout, state / "archive", log=lambda m: print(m, flush=True), only=names)
         pids = stack.running_components()
         watcher = WindowWatcher(stack.layout.prometheus_url)
         watcher.start()
@@ -264,7 +272,7 @@ def main() -> None:
         "steps": rows,
         "quick": args.quick,
         "judge_rate": args.judge_rate,
-        "jobs": list(jobs.JOBS),  # every job ran: the quality job reads every request and the judged results
+        "jobs": names,  # the quality job reads every request and the judged results
         "topology": args.topology,
         "wall_s": round(time.monotonic() - started, 1),
     }
