@@ -14,7 +14,7 @@ What it reads, on its own threads:
   MM2's offsets topics (``mm2-offsets.<alias>.internal``: the source offset it has copied each regional
   partition up to, committed in the same transaction as the records).
 
-    GET /healthz   200 while the process serves
+    GET /healthz   200 while the process serves and all its threads run (503 and their names otherwise)
     GET /status    {"regions": [the latest record of every region]}
     GET /metrics   the Prometheus series (text format 0.0.4)
 
@@ -124,6 +124,8 @@ class RegionStatusService:
         self.judges = {r: RegionJudge(r, now, thresholds) for r in links}
         self.lock = threading.Lock()
         self.latest: dict[str, dict[str, Any]] = {}
+        self.publish_error: str | None = None  # the last refusal of the status topic, until a record goes out
+        self.threads: list[threading.Thread] = []
         self.stop = threading.Event()
 
     # -- probes through the links -----------------------------------------------------------------------------
@@ -235,23 +237,39 @@ class RegionStatusService:
                              "linger.ms": 5, **QUIET})
         published: dict[str, tuple[str, float]] = {}
         while not self.stop.is_set():
-            now, now_ms = time.monotonic(), int(time.time() * 1000)
-            with self.lock:
-                records = {r: j.judge(now, now_ms) for r, j in self.judges.items()}
-                self.latest = records
-            for region, record in records.items():
-                last = published.get(region)
-                if last is None or last[0] != record["status"] or now - last[1] >= self.refresh_s:
-                    if last is not None and last[0] != record["status"]:
-                        self.log(f"region-status: {region} {last[0]} -> {record['status']}: {record['reason']}")
-                    try:
-                        producer.produce(self.topic, json.dumps(record, sort_keys=True).encode(), key=region.encode())
-                        published[region] = (record["status"], now)
-                    except BufferError:
-                        pass  # the global broker is away: the next turn tries again
+            try:
+                self.judge_and_publish(producer, published)
+            except Exception as exc:  # noqa: BLE001 - a judge that stops leaves every status stale: log, go on
+                self.log(f"region-status: judging failed ({type(exc).__name__}: {exc})")
             producer.poll(0)
             self.stop.wait(self.judge_interval_s)
         producer.flush(5)
+
+    def judge_and_publish(self, producer: Any, published: dict[str, tuple[str, float]]) -> None:
+        """Judge every region; publish a record on a change and every ``refresh_s`` (``published``: the last
+        status published per region and when). A record the global cluster refuses (away, or the topic not there
+        yet) is published on the next turn."""
+        from confluent_kafka import KafkaException
+
+        now, now_ms = time.monotonic(), int(time.time() * 1000)
+        with self.lock:
+            records = {r: j.judge(now, now_ms) for r, j in self.judges.items()}
+            self.latest = records
+        for region, record in records.items():
+            last = published.get(region)
+            if last is not None and last[0] == record["status"] and now - last[1] < self.refresh_s:
+                continue
+            if last is not None and last[0] != record["status"]:
+                self.log(f"region-status: {region} {last[0]} -> {record['status']}: {record['reason']}")
+            try:
+                producer.produce(self.topic, json.dumps(record, sort_keys=True).encode(), key=region.encode())
+            except (BufferError, KafkaException) as exc:
+                if self.publish_error is None:
+                    self.log(f"region-status: publishing to {self.topic} failed, trying again ({exc})")
+                self.publish_error = str(exc)
+                return
+            published[region] = (record["status"], now)
+            self.publish_error = None
 
     def records(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -262,11 +280,17 @@ class RegionStatusService:
             changes = {r: j.changes for r, j in self.judges.items()}
         return prometheus_text(self.records(), changes)
 
+    def dead_threads(self) -> list[str]:
+        """The worker threads that ended while the service runs (each loop catches its failures: a bug)."""
+        return [t.name for t in self.threads if not t.is_alive()] if not self.stop.is_set() else []
+
     def start(self, host: str, port: int) -> ThreadingHTTPServer:
-        for region in self.links:
-            threading.Thread(target=self.probe_loop, args=(region,), daemon=True, name=f"probe-{region}").start()
-        threading.Thread(target=self.read_loop, daemon=True, name="read").start()
-        threading.Thread(target=self.run, daemon=True, name="judge").start()
+        self.threads = [threading.Thread(target=self.probe_loop, args=(region,), daemon=True, name=f"probe-{region}")
+                        for region in self.links]
+        self.threads += [threading.Thread(target=self.read_loop, daemon=True, name="read"),
+                         threading.Thread(target=self.run, daemon=True, name="judge")]
+        for thread in self.threads:
+            thread.start()
         server = ThreadingHTTPServer((host, port), handler_for(self))
         threading.Thread(target=server.serve_forever, daemon=True, name="http").start()
         return server
@@ -286,8 +310,10 @@ def handler_for(service: RegionStatusService) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
             path = self.path.split("?")[0].rstrip("/")
-            if path == "/healthz":
-                self._send(200, b'{"status": "ok"}', "application/json")
+            if path == "/healthz":  # unhealthy when a worker thread died: its part of the status would go stale
+                dead = service.dead_threads()
+                self._send(503 if dead else 200, json.dumps({"status": "dead threads" if dead else "ok",
+                                                            "dead_threads": dead}).encode(), "application/json")
             elif path == "/status":
                 self._send(200, json.dumps({"regions": service.records()}, sort_keys=True).encode(),
                            "application/json")

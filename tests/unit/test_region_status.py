@@ -277,3 +277,65 @@ def test_gateways_gone_for_long_are_forgotten():
     j.beacon(Beacon("old", EPOCH_MS, 1), 0.0)
     j.beacon(Beacon("new", EPOCH_MS + 700_000, 1), 700.0)
     assert set(j.beacons) == {"new"}
+
+
+class RefusingProducer:
+    """A producer the global cluster refuses ``refusals`` times (the status topic not there yet), then accepts."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.sent = refusals, []
+
+    def produce(self, topic: str, value: bytes, key: bytes) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.refusals:
+            self.refusals -= 1
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_TOPIC, "Unknown topic"))
+        self.sent.append(key.decode())
+
+
+def test_a_refused_status_record_is_published_on_the_next_turn_and_the_judge_goes_on():
+    from infersight.stack.region_status_service import RegionStatusService
+
+    logged: list[str] = []
+    service = RegionStatusService("127.0.0.1:1", {"eu-west-1": "127.0.0.1:2", "us-east-1": "127.0.0.1:3"},
+                                  log=logged.append)
+    producer, published = RefusingProducer(refusals=2), {}
+    for _ in range(2):
+        service.judge_and_publish(producer, published)
+    assert producer.sent == [] and published == {} and service.publish_error
+    assert len([m for m in logged if "publishing" in m]) == 1  # said once per failure streak, not per turn
+    service.judge_and_publish(producer, published)
+    assert sorted(producer.sent) == ["eu-west-1", "us-east-1"] and set(published) == set(producer.sent)
+    assert service.publish_error is None and len(service.records()) == 2
+
+
+def test_health_is_503_naming_a_worker_thread_that_died():
+    import json
+    import threading
+    import urllib.error
+    import urllib.request
+    from http.server import ThreadingHTTPServer
+
+    from infersight.stack.region_status_service import RegionStatusService, handler_for
+
+    service = RegionStatusService("127.0.0.1:1", {"eu-west-1": "127.0.0.1:2"})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(service))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/healthz"
+    try:
+        alive = threading.Thread(target=service.stop.wait, name="judge", daemon=True)
+        alive.start()
+        service.threads = [alive]
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            assert resp.status == 200
+        dead = threading.Thread(target=lambda: None, name="read")
+        dead.start()
+        dead.join()
+        service.threads.append(dead)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(url, timeout=5)
+        assert err.value.code == 503 and json.loads(err.value.read())["dead_threads"] == ["read"]
+    finally:
+        service.stop.set()
+        server.shutdown()
