@@ -44,6 +44,8 @@ def outputs() -> dict[str, str]:
         },
         "infersight-global/files/mirror.yaml": {
             "targetAlias": mirror.GLOBAL_ALIAS,
+            # MM2's Connect offsets topic: its KafkaMirrorMaker2 writes there, the region status service reads it
+            "offsetStorageTopic": mirror.OFFSET_STORAGE_TOPIC,
             "topicsPattern": mirror.topics_regex().replace(",", "|"),
             "tasksMax": len(mirrored),
             "rebalanceMaxDelayMs": mirror.REBALANCE_MAX_DELAY_MS,

@@ -38,6 +38,9 @@ MAX_RECORD_BYTES = 8 * 1024 * 1024
 CLIENT_MAX_BYTES = 2 * MAX_RECORD_BYTES
 REBALANCE_MAX_DELAY_MS = 5_000
 PLUGIN_DISCOVERY = "service_load"
+# Strimzi runs MM2 as a Connect cluster: every flow's source offsets go to this one topic on the global cluster
+# (dedicated mode's are mm2-offsets.<alias>.internal); the region status service reads MM2's progress there.
+OFFSET_STORAGE_TOPIC = "infersight-mirror.offsets"
 # A region name is a DNS label: it names Kubernetes objects and prefixes topic names.
 REGION_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -186,7 +189,7 @@ class Mirror:
                 "bootstrapServers": bootstrap[GLOBAL_ALIAS],
                 "groupId": "infersight-mirror",
                 "configStorageTopic": "infersight-mirror.configs",
-                "offsetStorageTopic": "infersight-mirror.offsets",
+                "offsetStorageTopic": OFFSET_STORAGE_TOPIC,
                 "statusStorageTopic": "infersight-mirror.status",
                 "config": target_config,
             },

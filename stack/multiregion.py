@@ -109,15 +109,15 @@ def region_status(layout: StackLayout) -> Component:
     """The region status service (stack/region_status_service.py): each region probed through its link (the
     bootstrap MM2 uses), the mirrored beacons and MM2's offsets read on the global cluster."""
     from infersight.stack.components import Component, http_ok
+    from infersight.stack.region_status_service import MODULE, service_args
 
     regions = mirror_bootstrap(layout)
     url = region_status_url(layout)
     return Component(
         name=REGION_STATUS,
-        argv=[sys.executable, "-m", "infersight.stack.region_status_service",
-              "--global-brokers", layout.kafka_bootstrap, "--host", layout.host,
-              "--port", str(layout.ports.region_status),
-              *(a for r in layout.regions for a in ("--region", f"{r}={regions[r]}"))],
+        argv=[sys.executable, "-m", MODULE,
+              *service_args(layout.kafka_bootstrap, {r: regions[r] for r in layout.regions}, layout.host,
+                            layout.ports.region_status)],
         log=layout.logs / f"{REGION_STATUS}.log",
         ports={"http": layout.ports.region_status},
         healthy=lambda: http_ok(f"{url}/healthz"),

@@ -11,15 +11,18 @@ What it reads, on its own threads:
 - per region, every ``--probe-interval-s``: the regional cluster through the region's link (the bootstrap MM2
   uses), ``ListOffsets`` for the mirrored topics (end offsets) and the beacon topic (newest timestamp);
 - on the global cluster, ``read_committed``: the mirrored beacons ``<region>.infersight.otlp.beacons`` and
-  MM2's offsets topics (``mm2-offsets.<alias>.internal``: the source offset it has copied each regional
-  partition up to, committed in the same transaction as the records).
+  MM2's offsets topics (the source offset it has copied each regional partition up to, committed in the same
+  transaction as the records): ``mm2-offsets.<alias>.internal`` in dedicated mode (the native stack), the
+  Connect cluster's ``--offsets-topic`` under Strimzi (the global chart: ``stack/mirror.py``'s
+  ``OFFSET_STORAGE_TOPIC``).
 
     GET /healthz   200 while the process serves and all its threads run (503 and their names otherwise)
     GET /status    {"regions": [the latest record of every region]}
     GET /metrics   the Prometheus series (text format 0.0.4)
 
 Run: ``python -m infersight.stack.region_status_service --global-brokers HOST:PORT
---region REGION=HOST:PORT [--region ...] [--port 8084]``.
+--region REGION=HOST:PORT [--region ...] [--port 8084]``; ``service_args`` builds that list for the native
+stack and the global Helm chart alike.
 """
 
 from __future__ import annotations
@@ -37,10 +40,27 @@ from infersight.schemas.topics import GATEWAY_BEACONS, REGION_STATUS
 from infersight.stack import mirror
 from infersight.stack.region_status import Beacon, Probe, RegionJudge, Thresholds
 
+MODULE = "infersight.stack.region_status_service"
 DEFAULT_PORT = 8084
 OFFSETS_TOPIC_PREFIX, OFFSETS_TOPIC_SUFFIX = "mm2-offsets.", ".internal"
 RECENT_BEACONS = 60  # read this many mirrored beacons back at start: rates are known at once
 QUIET = {"log_level": 0}  # a cut link makes librdkafka log every retry; the status says it once
+
+
+def service_args(global_brokers: str, links: dict[str, str], host: str, port: int,
+                 offsets_topic: str | None = None) -> list[str]:
+    """The service's arguments after ``python -m MODULE``, in one place: the native stack starts it with them and
+    a test holds the global chart's Deployment to them. ``links``: region -> its cluster as MM2 reaches it."""
+    return ["--global-brokers", global_brokers, "--host", host, "--port", str(port),
+            *(["--offsets-topic", offsets_topic] if offsets_topic else []),
+            *(a for region, bootstrap in links.items() for a in ("--region", f"{region}={bootstrap}"))]
+
+
+def is_offsets_topic(name: str, connect_offsets_topics: frozenset[str] = frozenset()) -> bool:
+    """MM2's source offsets on the global cluster: dedicated mode writes one topic per source alias; as a Connect
+    cluster (Strimzi) every flow shares the cluster's offsets topic, which the keys' ``cluster`` tells apart."""
+    return name in connect_offsets_topics or (name.startswith(OFFSETS_TOPIC_PREFIX)
+                                               and name.endswith(OFFSETS_TOPIC_SUFFIX))
 
 
 def decode_beacon(payload: bytes, timestamp_ms: int) -> list[Beacon]:
@@ -115,9 +135,10 @@ class RegionStatusService:
     def __init__(self, global_brokers: str, links: dict[str, str], thresholds: Thresholds | None = None,
                  probe_interval_s: float = 1.0, probe_timeout_s: float = 2.5, judge_interval_s: float = 1.0,
                  refresh_s: float = 5.0, topic: str = REGION_STATUS.name,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, offsets_topics: tuple[str, ...] = ()) -> None:
         mirror.check_regions(list(links))
         self.global_brokers, self.links, self.topic, self.log = global_brokers, links, topic, log
+        self.offsets_topics = frozenset(offsets_topics)
         self.probe_interval_s, self.probe_timeout_s = probe_interval_s, probe_timeout_s
         self.judge_interval_s, self.refresh_s = judge_interval_s, refresh_s
         now = time.monotonic()
@@ -190,8 +211,7 @@ class RegionStatusService:
                     topics = consumer.list_topics(timeout=10).topics
                     new = []
                     for name, meta in topics.items():
-                        wanted = name in beacon_topics or (name.startswith(OFFSETS_TOPIC_PREFIX)
-                                                           and name.endswith(OFFSETS_TOPIC_SUFFIX))
+                        wanted = name in beacon_topics or is_offsets_topic(name, self.offsets_topics)
                         if not wanted or name in assigned or not meta.partitions:
                             continue
                         assigned.add(name)
@@ -333,7 +353,7 @@ def _link(text: str) -> tuple[str, str]:
     return region, bootstrap
 
 
-def main(argv: list[str] | None = None) -> None:
+def arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="region-status", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--global-brokers", required=True, help="the global cluster (mirrored beacons, MM2 offsets)")
@@ -342,8 +362,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--topic", default=REGION_STATUS.name)
-    args = parser.parse_args(argv)
-    service = RegionStatusService(args.global_brokers, dict(args.region), topic=args.topic)
+    parser.add_argument("--offsets-topic", action="append", default=[],
+                        help="MM2's Connect offsets topic when it runs as a Connect cluster (Strimzi's "
+                             "KafkaMirrorMaker2); dedicated mode's mm2-offsets.<alias>.internal are always read")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arg_parser().parse_args(argv)
+    service = RegionStatusService(args.global_brokers, dict(args.region), topic=args.topic,
+                                  offsets_topics=tuple(args.offsets_topic))
     server = service.start(args.host, args.port)
     print(f"region status service on http://{args.host}:{server.server_address[1]} for "
           f"{', '.join(service.links)}", flush=True)

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infersight.schemas import region_status as RS
 from infersight.schemas.topics import ALL_TOPICS
 from infersight.stack import chart_files, flink_config, jobs, mirror, paths
+from infersight.stack.region_status_service import MODULE as REGION_STATUS_MODULE
+from infersight.stack.region_status_service import service_args
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = ROOT / "deploy" / "helm" / "infersight-region"
@@ -149,6 +152,59 @@ def test_global_chart_matches_the_python_it_comes_from(tools, values):
     assert {k for d in dashboards for k in d["data"]} == shipped
 
 
+def _named(objects: list[dict], kind: str, name: str) -> dict:
+    return next(o for o in _of(objects, kind) if o["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize("values", _cases(GLOBAL), ids=lambda p: p.name)
+def test_global_chart_runs_the_region_status_service_as_the_native_stack_does(tools, values):
+    v = _values(values)
+    objects = _render(tools, GLOBAL, values)
+    defaults = yaml.safe_load((GLOBAL / "values.yaml").read_text())["regionStatus"]
+    port = v.get("regionStatus", {}).get("port", defaults["port"])
+    deployment = _named(objects, "Deployment", "infersight-region-status")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == "{repository}:{tag}".format(**v["flink"]["image"])  # the job image: it has the package
+    # the native stack's arguments (service_args), each region as the KafkaMirrorMaker2's mirrors reach it
+    mm2 = _of(objects, "KafkaMirrorMaker2")[0]["spec"]
+    links = {m["source"]["alias"]: m["source"]["bootstrapServers"] for m in mm2["mirrors"]}
+    assert links == {r: v["regionBootstrapServers"][r] for r in v["regions"]}
+    assert c["command"] + c["args"] == [
+        "python", "-m", REGION_STATUS_MODULE,
+        *service_args("infersight-global-kafka-kafka-bootstrap:9092", links, "0.0.0.0", port,
+                      offsets_topic=mm2["target"]["offsetStorageTopic"])]
+    assert mm2["target"]["offsetStorageTopic"] == mirror.OFFSET_STORAGE_TOPIC
+    # probes on its health endpoint, requests and limits, not root
+    assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    # scraped every 5 s as job region_status (kube-prometheus-stack: the Service label named by jobLabel)
+    service = _named(objects, "Service", "infersight-region-status")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    monitor = _named(objects, "ServiceMonitor", "infersight-region-status")["spec"]
+    assert service["metadata"]["labels"][monitor["jobLabel"]] == RS.REGION_STATUS_JOB
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("http", "/metrics", "5s")
+    assert service["spec"]["ports"][0]["name"] == "http" and service["spec"]["ports"][0]["port"] == port
+    # its alert rules are in the chart's PrometheusRule, from the generated file
+    rules = _named(objects, "PrometheusRule", "infersight-regions")["spec"]
+    assert rules == yaml.safe_load((ROOT / "dashboards/generated/rules/regions.rules.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    assert {"InfersightRegionTelemetryDelayed", "InfersightRegionDown"} <= alerts
+
+
+def test_the_region_status_service_can_be_switched_off(tools):
+    objects = _render(tools, GLOBAL, _cases(GLOBAL)[0])
+    off = check.render(tools["helm"], GLOBAL, _cases(GLOBAL)[0], ["--set", "regionStatus.enabled=false"])
+    named = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    gone = named - {(o["kind"], o["metadata"]["name"]) for o in off}
+    assert gone == {(k, "infersight-region-status") for k in ("Deployment", "Service", "ServiceMonitor")}
+
+
 @pytest.mark.parametrize("chart", [REGION, GLOBAL], ids=lambda p: p.name)
 def test_every_container_has_requests_limits_and_probes(tools, chart):
     for values in _cases(chart):
@@ -169,6 +225,7 @@ BAD = [
     (GLOBAL, ["--set", "regions={eu-west-1,eu-west-1}"], "/regions"),
     (GLOBAL, ["--set", "regions={eu-west-1,us-east-1}"], 'regionBootstrapServers has no entry for region "us-east-1"'),
     (GLOBAL, ["--set", "flink.checkpointStorage="], "/flink/checkpointStorage"),
+    (GLOBAL, ["--set", "regionStatus.port=0"], "/regionStatus/port"),
 ]
 
 

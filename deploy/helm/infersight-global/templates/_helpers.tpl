@@ -14,3 +14,5 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end }}
 {{- end }}
 {{- end -}}
+{{/* A region's regional Kafka as MM2 and the region status service reach it (its "mirror" listener). */}}
+{{- define "infersight-global.regionBootstrap" -}}{{ index .root.Values.regionBootstrapServers .region }}{{- end -}}
