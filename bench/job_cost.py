@@ -11,7 +11,8 @@ Writes bench/results/job_cost.json. What is timed, per Kafka message of ``infers
 - canary: ``stream.route`` (parse, check, fold, key by region and overall), each key's payload pickled and
   unpickled (what crosses from the route operator to the keyed judge, through Flink's list state) and
   ``CanaryState.feed`` with every key's bake running (the steady state of a rollout).
-- quality: ``stream.read_requests`` (parse, validate, per (region, model) and window partials), each partial
+- quality: ``stream.read_requests`` (parse, validate, fold labels past the job's default cardinality bound,
+  per (region, model) and window partials), each partial
   pickled and unpickled (``ReadBatches`` -> keyed ``QualityWindows``), ``merge`` into the pending window, and
   ``QualityState.close`` of every window at the end (per window, amortised over its requests).
 
@@ -52,11 +53,13 @@ def time_canary(messages: list[bytes]) -> dict[str, float]:
     config = BakeConfig(bake_s=3600.0)  # no final verdict within the run: every bake keeps taking records
     states: dict[str, CanaryState] = {}
     route_s = feed_s = 0.0
+    crossing = 0
     for raw in messages:
         t0 = time.perf_counter()
         keyed, _letters = route(raw, limiter, 0)
         payloads = [(key, pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)) for key, records in keyed.items()]
         t1 = time.perf_counter()
+        crossing += sum(len(p) for _, p in payloads)
         for key, payload in payloads:
             state = states.get(key)
             if state is None:
@@ -64,20 +67,31 @@ def time_canary(messages: list[bytes]) -> dict[str, float]:
             state.feed(key, pickle.loads(payload))
         feed_s += time.perf_counter() - t1
         route_s += t1 - t0
-    return {"route_s": route_s, "feed_s": feed_s, "bakes": sum(s.bake is not None for s in states.values())}
+    return {"route_s": route_s, "feed_s": feed_s, "bakes": sum(s.bake is not None for s in states.values()),
+            "bytes": crossing}
+
+
+def fold_of(limiter: Any) -> Any:
+    """The fold ``ReadBatches`` passes for one message (its batch fold where the tree has one)."""
+    batch_fold = getattr(limiter, "batch_fold", None)
+    return batch_fold(0) if batch_fold is not None else (lambda record: limiter.fold(record, 0))
 
 
 def time_quality(messages: list[bytes]) -> dict[str, float]:
-    from infersight.flink_jobs.quality.stream import QualityState, merge, read_requests
+    from infersight.flink_jobs.common.cardinality import LabelLimiter, limits_of
+    from infersight.flink_jobs.quality.stream import LABELS, QualityState, merge, read_requests
 
+    limiter = LabelLimiter(limits_of("", LABELS), fields=LABELS)  # the job's default bound, as ReadBatches
     pending: dict[tuple[str, int], Any] = {}
     read_s = merge_s = 0.0
+    crossed = 0
     for raw in messages:
         t0 = time.perf_counter()
-        partials, _letters = read_requests(raw, WINDOW_S)
+        partials, _letters = read_requests(raw, WINDOW_S, fold_of(limiter))
         crossing = [pickle.dumps((key, end_ms, n, partial), protocol=pickle.HIGHEST_PROTOCOL)
                     for (key, end_ms), (n, partial) in partials.items()]
         t1 = time.perf_counter()
+        crossed += sum(len(p) for p in crossing)
         for payload in crossing:
             key, end_ms, n, partial = pickle.loads(payload)
             waiting_n, waiting = pending.get((key, end_ms)) or (0, None)
@@ -89,7 +103,8 @@ def time_quality(messages: list[bytes]) -> dict[str, float]:
     for (key, end_ms) in sorted(pending, key=lambda k: (k[1], k[0])):
         state = states.setdefault(key, QualityState())
         state.close(end_ms // 1000, pending[(key, end_ms)][1])
-    return {"read_s": read_s, "merge_s": merge_s, "close_s": time.perf_counter() - t2, "windows": len(pending)}
+    return {"read_s": read_s, "merge_s": merge_s, "close_s": time.perf_counter() - t2, "windows": len(pending),
+            "bytes": crossed}
 
 
 def child(messages_path: str) -> None:
@@ -102,6 +117,9 @@ def child(messages_path: str) -> None:
     print(json.dumps({
         "canary_us": (canary["route_s"] + canary["feed_s"]) * us, "canary_route_us": canary["route_s"] * us,
         "canary_feed_us": canary["feed_s"] * us, "canary_bakes": canary["bakes"],
+        "canary_bytes_per_request": canary["bytes"] / requests,
+        "quality_bytes_per_request": quality["bytes"] / requests,
+        "input_bytes_per_request": sum(len(m) for m in messages) / requests,
         "quality_us": (quality["read_s"] + quality["merge_s"] + quality["close_s"]) * us,
         "quality_read_us": quality["read_s"] * us, "quality_merge_us": quality["merge_s"] * us,
         "quality_close_us": quality["close_s"] * us, "quality_windows": quality["windows"]}))

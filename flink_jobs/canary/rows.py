@@ -19,6 +19,8 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from infersight.flink_jobs.canary.metrics import DEFAULT_METRICS, MetricSpec, Record
 
 SIDE_CODES = {"canary": 0, "stable": 1}   # the order of core.SIDES
@@ -114,12 +116,42 @@ class Rows:
         used = {lab for lab, j in zip(self.label, self.judged, strict=True) if not j}
         return [key for i, key in enumerate(self.labels) if key[0] == side and i in used]
 
-    # pickled as its columns (the label index is rebuilt only if rows are appended after unpickling)
+    @classmethod
+    def of_columns(cls, metrics: tuple[str, ...], labels: list[tuple[int, str, str]], end_ns: np.ndarray,
+                   label: np.ndarray, judged: np.ndarray, values: np.ndarray, weights: np.ndarray) -> Rows:
+        """Rows from numpy columns (``BatchColumns``): ``values`` (rows x metrics) and ``weights`` (rows x
+        sampled metrics) row-major, as ``append`` lays them out. ``labels`` may hold labels no row uses."""
+        out = cls(metrics)
+        out.labels = labels
+        out._index = {key: i for i, key in enumerate(labels)}
+        out.end_ns.frombytes(np.ascontiguousarray(end_ns, dtype=np.int64).tobytes())
+        out.label.frombytes(np.ascontiguousarray(label, dtype=np.int32).tobytes())
+        out.judged.frombytes(np.ascontiguousarray(judged, dtype=np.int8).tobytes())
+        out.values.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+        out.weights.frombytes(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
+        return out
+
+    # Pickled as its columns, less those without a finite value (no bake reads them: a request batch's sampled
+    # metrics and their weights), which come back as NaN; the label index is rebuilt for appends after.
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.metrics, self.labels, self.end_ns, self.label, self.judged, self.values, self.weights)
+        n, width = len(self.end_ns), len(self.metrics)
+        values = np.frombuffer(self.values, dtype=np.float64).reshape(n, width)
+        used = np.isfinite(values).any(axis=0)
+        weights = np.frombuffer(self.weights, dtype=np.float64)
+        sampled_width = weights.size // n if n else 0
+        if not np.isfinite(weights).any():
+            weights = None
+        return (self.metrics, self.labels, self.end_ns, self.label, self.judged, used.tobytes(),
+                np.ascontiguousarray(values[:, used]).tobytes(), sampled_width,
+                None if weights is None else weights.tobytes())
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.metrics, self.labels, self.end_ns, self.label, self.judged, self.values, self.weights = state
+        self.metrics, self.labels, self.end_ns, self.label, self.judged, used, values, sampled_width, weights = state
+        n, width = len(self.end_ns), len(self.metrics)
+        full = np.full((n, width), np.nan)
+        full[:, np.frombuffer(used, dtype=bool)] = np.frombuffer(values, dtype=np.float64).reshape(n, -1)
+        self.values = array("d", full.tobytes())
+        self.weights = array("d", np.full(n * sampled_width, np.nan).tobytes() if weights is None else weights)
         self._index = {key: i for i, key in enumerate(self.labels)}
 
 
@@ -132,3 +164,87 @@ def rows_of(records: Iterable[Record], projector: Projector | None = None) -> Ro
         if row is not None:
             out.append(row)
     return out
+
+
+_NONE = type(None)
+_FLOATS = frozenset({float, _NONE})
+
+
+class BatchColumns:
+    """A batch's request records projected at once, as numpy columns: ``Projector.row`` for every record, without
+    a per-record loop over the metrics. Only for the default metric table and well-typed request records (what
+    the normaliser writes: latencies floats or null, token counts integers, labels strings, no judged results);
+    ``of`` returns None otherwise, and the caller projects record by record (``tests/unit/test_canary_rows.py``
+    checks both give the same rows)."""
+
+    __slots__ = ("labels", "keep", "end_ns", "label", "judged", "values", "weights")
+
+    @classmethod
+    def of(cls, items: list[Record], metrics: tuple[MetricSpec, ...]) -> BatchColumns | None:
+        if metrics != DEFAULT_METRICS or not items:
+            return None
+        try:
+            return cls._of(items)
+        except (TypeError, ValueError, OverflowError):  # a value numpy cannot take as the metric reads it
+            return None
+
+    @classmethod
+    def _of(cls, items: list[Record]) -> BatchColumns | None:
+        get = [r.get for r in items]
+        if any(g(JUDGED) for g in get) or any(g("quality_sample_rate") is not None for g in get):
+            return None  # judged results: the sampled metrics (route_evaluations' items go record by record)
+        tracks = [g("track") for g in get]
+        versions = [g("model_version") for g in get]
+        if not {type(t) for t in tracks} | {type(v) for v in versions} <= {str, _NONE}:
+            return None
+        floats = {}
+        for name in ("ttft_s", "e2e_s", "itl_p50_s", "decode_s"):
+            column = [g(name) for g in get]
+            if not {type(x) for x in column} <= _FLOATS:
+                return None
+            floats[name] = np.array(column, dtype=np.float64)  # null -> NaN: skipped, as None is
+        outs = [g("tokens_out") for g in get]
+        if not {type(x) for x in outs} <= {int, _NONE}:
+            return None
+        has_out = np.array([x is not None for x in outs])
+        out = np.array([0 if x is None else x for x in outs], dtype=np.int64)
+        if np.any(np.abs(out) >= 1 << 53):
+            return None  # beyond exact float conversion
+        errored = np.fromiter(map(bool, (g("error_type") for g in get)), dtype=bool, count=len(items))
+
+        side_codes = [SIDE_CODES.get(t, UNTRACKED) if t != "shadow" else -1 for t in tracks]
+        index: dict[tuple[int, str, str], int] = {}
+        label = []
+        for side, version, g in zip(side_codes, versions, get, strict=True):
+            key = (side, version or "", g("region", "")) if side in (0, 1) else (side, "", "")
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(index)
+            label.append(i)
+        self = cls()
+        self.labels = list(index)
+        self.keep = np.array(side_codes) >= 0  # the shadow track: no bake reads it
+        self.end_ns = np.array([g("end_ns") for g in get], dtype=np.int64)
+        self.label = np.array(label, dtype=np.int32)
+        self.judged = np.zeros(len(items), dtype=np.int8)
+        out_f = out.astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(has_out & (out > 1), floats["decode_s"] / (out_f - 1.0), np.nan)
+        tokens = np.where(has_out & (out > 0) & ~errored, out_f, np.nan)
+        nan = np.full(len(items), np.nan)
+        values = np.column_stack([floats["ttft_s"], floats["e2e_s"], floats["itl_p50_s"], tpot,
+                                  errored.astype(np.float64), tokens, nan, nan])  # DEFAULT_METRICS' order
+        untracked = np.array([s == UNTRACKED for s in side_codes])
+        values[untracked] = np.nan  # counted, never compared
+        self.values = values
+        self.weights = np.full((len(items), 2), np.nan)  # no sample rate on a request: the sampled metrics skip
+        return self
+
+    def rows(self, metrics: tuple[str, ...], indices: list[int]) -> Rows | None:
+        """The rows of these records (indices into the batch), None when no bake reads any."""
+        idx = np.asarray(indices, dtype=np.intp)
+        idx = idx[self.keep[idx]]
+        if not idx.size:
+            return None
+        return Rows.of_columns(metrics, self.labels, self.end_ns[idx], self.label[idx], self.judged[idx],
+                               self.values[idx], self.weights[idx])

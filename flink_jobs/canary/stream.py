@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infersight.flink_jobs.canary.core import ALL_REGIONS, JUDGED, NS, Bake, BakeConfig, projector
-from infersight.flink_jobs.canary.rows import INT64_MAX, INT64_MIN, Projector, Rows, rows_of
+from infersight.flink_jobs.canary.rows import INT64_MAX, INT64_MIN, BatchColumns, Projector, Rows, rows_of
 from infersight.flink_jobs.common.cardinality import LabelLimiter
 from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
@@ -45,15 +45,63 @@ def _route(raw: str | bytes, limiter: LabelLimiter, now_ms: int,
         batch = parse_batch(raw)
     except (ValueError, TypeError):
         return {}, [dead_letter(JOB, "not_json", raw)]
-    out: dict[str, Rows] = {}
+    items: list[dict[str, Any]] = []
+    by_key: dict[str, list[int]] = {}  # bake key -> its items' indices, in batch order
+    # (model, region) -> its two keys' index lists, None when folded: asked once per pair and batch (the
+    # limiter's answer and its last-seen times cannot change within a batch, which has one now_ms)
+    keys_of: dict[tuple[str, str], tuple[list[int], list[int]] | None] = {}
     letters = []
     for raw_item in batch:
         item, letter = item_of(raw_item)
         if letter is not None:
             letters.append(letter)
         elif item is not None:
-            _add_keyed(out, item, limiter, now_ms, projector)
-    return out, letters
+            pair = (item["model"], item.get("region"))  # a missing region is not "" to the limiter
+            if pair not in keys_of:
+                keys_of[pair] = _key_lists(item, limiter, now_ms, by_key)
+            lists = keys_of[pair]
+            if lists is not None:
+                lists[0].append(len(items))
+                lists[1].append(len(items))
+                items.append(item)
+    return _keyed_rows(items, by_key, projector), letters
+
+
+def _key_lists(item: dict[str, Any], limiter: LabelLimiter, now_ms: int, by_key: dict[str, list[int]]
+               ) -> tuple[list[int], list[int]] | None:
+    """The index lists of the item's region key and overall key, None when its model or region is folded by the
+    cardinality bound."""
+    folded = limiter.fold(item, now_ms)
+    if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
+        return None
+    model, region = item["model"], item.get("region", "")
+    return (by_key.setdefault(f"{model}{KEY_SEP}{region}", []),
+            by_key.setdefault(f"{model}{KEY_SEP}{ALL_REGIONS}", []))
+
+
+def _keyed_rows(items: list[dict[str, Any]], by_key: dict[str, list[int]], projector: Projector
+                ) -> dict[str, Rows]:
+    """Each key's rows: the batch projected at once where it can be (``BatchColumns``), else record by record;
+    either way each item once, its row shared by its keys. Keys left with no row (the shadow track) are not
+    sent."""
+    out: dict[str, Rows] = {}
+    columns = BatchColumns.of(items, projector.metrics)
+    if columns is not None:
+        for key, indices in by_key.items():
+            rows = columns.rows(projector.names, indices)
+            if rows is not None:
+                out[key] = rows
+        return out
+    projected = [projector.row(item) for item in items]
+    for key, indices in by_key.items():
+        for i in indices:
+            row = projected[i]
+            if row is not None:
+                rows = out.get(key)
+                if rows is None:
+                    rows = out[key] = Rows(projector.names)
+                rows.append(row)
+    return out
 
 
 def _request_item(item: Any) -> tuple[dict[str, Any] | None, str | None]:
@@ -64,24 +112,6 @@ def _request_item(item: Any) -> tuple[dict[str, Any] | None, str | None]:
                                  problems=["a request record needs a model, a region and an integer end_ns "
                                            "(64-bit)"])
     return item, None
-
-
-def _add_keyed(out: dict[str, Rows], item: dict[str, Any], limiter: LabelLimiter, now_ms: int,
-               projector: Projector) -> None:
-    """``item``'s row under its model's region key and overall key, unless its model or region is folded (or
-    no bake reads anything of it: the shadow track)."""
-    folded = limiter.fold(item, now_ms)  # first: the limiter sees every model and region, as before
-    if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
-        return
-    row = projector.row(item)
-    if row is None:
-        return
-    for region in (item.get("region", ""), ALL_REGIONS):
-        key = f"{item['model']}{KEY_SEP}{region}"
-        rows = out.get(key)
-        if rows is None:
-            rows = out[key] = Rows(projector.names)
-        rows.append(row)
 
 
 # what an evaluation record becomes for the bake (metrics.DEFAULT_METRICS reads these fields; ``JUDGED`` marks

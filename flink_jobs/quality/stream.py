@@ -18,7 +18,7 @@ from typing import Any
 from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.common.keys import join_fields
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
-from infersight.flink_jobs.quality.aggregate import add_evaluations, add_series_requests, window_end_s
+from infersight.flink_jobs.quality.aggregate import add_evaluations, series_aggregates, window_end_s
 from infersight.flink_jobs.quality.core import Engine, EngineParams, Series, WindowAggregate
 from infersight.flink_jobs.quality.drift import Histogram
 from infersight.schemas import pipeline as P
@@ -114,11 +114,10 @@ def _request_partials(valid: list[dict[str, Any]], window_s: int) -> Partials:
         else:
             group.append(rec)
     out: Partials = {}
-    for (window, region, model, version, track), recs in groups.items():
+    aggregates = series_aggregates(list(groups.values()))
+    for ((window, region, model, version, track), recs), agg in zip(groups.items(), aggregates, strict=True):
         out_key = (engine_key(region, model), (window + 1) * window_s * 1000)  # aggregate.window_end_s, in ms
         n, partial = out.get(out_key) or (0, {})
-        agg = WindowAggregate()
-        add_series_requests(agg, recs)
         partial[Series(region, model, version, track)] = agg
         out[out_key] = (n + len(recs), partial)
     return out

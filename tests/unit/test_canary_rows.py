@@ -11,10 +11,11 @@ import pickle
 import random
 
 import numpy as np
+import pytest
 
 from infersight.flink_jobs.canary.core import JUDGED, NS, SIDES, Bake, BakeConfig
 from infersight.flink_jobs.canary.metrics import DEFAULT_METRICS
-from infersight.flink_jobs.canary.rows import Projector, Rows, rows_of
+from infersight.flink_jobs.canary.rows import BatchColumns, Projector, Rows, rows_of
 from infersight.flink_jobs.canary.stream import (
     KEY_SEP,
     CanaryState,
@@ -88,8 +89,8 @@ def legacy_route(batch: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def messy_records(rng: random.Random, n: int, t0_s: float, slow: float = 1.0, clean_labels: bool = False
-                  ) -> list[dict]:
+def messy_records(rng: random.Random, n: int, t0_s: float, slow: float = 1.0, clean_labels: bool = False,
+                  odd: float = 0.04) -> list[dict]:
     """Request-like records with every field the bake reads present, absent, None, of odd types or out of range
     at random (and fields it does not read), over two versions of each track, three regions and two models;
     ``clean_labels``: every track and version label as a rollout has them (so that verdicts are reached)."""
@@ -105,9 +106,9 @@ def messy_records(rng: random.Random, n: int, t0_s: float, slow: float = 1.0, cl
                "ttft_s": ttft, "e2e_s": ttft * 8, "itl_p50_s": 0.01, "decode_s": 0.4, "tokens_out": 41,
                "tokens_in": 100, "engine": "vllm", "finish_reason": "stop", "error_type": None}
         for field in READ_FIELDS[3 if clean_labels else 1:]:
-            if rng.random() < 0.04:
+            if rng.random() < odd:
                 rec[field] = rng.choice([None, True, False, 0, -1, 2, 0.5, float("nan"), float("inf"), "x", ""])
-            elif rng.random() < 0.03:
+            elif rng.random() < odd:
                 rec.pop(field, None)
         if rng.random() < 0.05:
             rec["error_type"] = "500"
@@ -159,9 +160,11 @@ def test_each_metric_gets_its_value_from_the_projection():
     assert Projector().row({**judged, "track": None}) is None      # nor a result without a track
 
 
-def test_routed_rows_give_the_same_verdicts_as_whole_records():
+@pytest.mark.parametrize("odd", [0.0, 0.01])
+def test_routed_rows_give_the_same_verdicts_as_whole_records(odd):
     """The job's path (route -> pickle -> feed, looks) against the former one (whole records per key), over a
-    bake that ends in a verdict, with judged results in the same keys."""
+    bake that ends in a verdict, with judged results in the same keys; batches of well-typed records (projected
+    at once, ``BatchColumns``) and with odd fields (record by record)."""
     rng = random.Random(11)
     limiter = LabelLimiter({"model": 10, "region": 10})
     old: dict[str, CanaryState] = {}
@@ -169,9 +172,10 @@ def test_routed_rows_give_the_same_verdicts_as_whole_records():
     events_old, events_new = [], []
     for k in range(6):
         t0 = 10.0 + k * 30
-        raw = dump_batch([r for r in messy_records(rng, 1500, t0, slow=1.3, clean_labels=True)
+        raw = dump_batch([r for r in messy_records(rng, 1500, t0, slow=1.3, clean_labels=True, odd=odd)
                           if isinstance(r.get("end_ns"), int) and isinstance(r.get("region"), str)])
         batch = parse_batch(raw)  # as the job reads it (NaN and infinity become null)
+        assert (BatchColumns.of(batch, DEFAULT_METRICS) is not None) == (odd == 0.0)
         results = [{"time_ns": r["end_ns"] + 1000, "model": r["model"], "model_version": r.get("model_version"),
                     "track": r.get("track"), "region": r["region"], "name": rng.choice([RELEVANCE, PII]),
                     "score": rng.random(), "sample_rate": 0.5} for r in batch[::7] if isinstance(r.get("track"), str)]
@@ -211,3 +215,58 @@ def test_rows_round_trip_through_pickle():
     back.append(row)  # after unpickling, a known label keeps its index
     assert len(back) == len(rows) + 1 and back.labels[back.label[-1]] == (1, "v1", "us")
     assert len(back.labels) == len(rows.labels)
+
+
+def test_route_folds_as_record_by_record_at_the_bounds():
+    """The route asks the cardinality bound once per (model, region) and batch: the keys and rows it sends are
+    those of folding each record, with bounds reached, stale values freed and a region missing or empty."""
+    rng = random.Random(8)
+    once, per_record = LabelLimiter({"model": 4, "region": 3}, 1000), LabelLimiter({"model": 4, "region": 3}, 1000)
+    now_ms = 0
+    for _ in range(40):
+        now_ms += rng.choice([10, 600, 1500])
+        batch = [{"model": f"m{rng.randint(0, 6)}", "region": rng.choice(["a", "b", "c", "d", ""]),
+                  "end_ns": 1, "track": "stable", "ttft_s": 0.1} for _ in range(rng.randint(1, 60))]
+        for r in batch[::5]:
+            del r["region"]
+        keyed, _ = route(dump_batch(batch), once, now_ms)
+        expected: dict[str, int] = {}
+        for r in batch:
+            folded = per_record.fold(r, now_ms)
+            if "_OTHER" not in (folded.get("model"), folded.get("region")):
+                for region in (r.get("region", ""), ""):
+                    key = f"{r['model']}{KEY_SEP}{region}"
+                    expected[key] = expected.get(key, 0) + 1
+        assert {k: len(v) for k, v in keyed.items()} == expected
+        assert once.seen == per_record.seen
+
+
+def decoded(rows: Rows) -> list[tuple]:
+    """Each row as (end, side, version, region, judged, values, weights), NaN as None: label tables may differ."""
+    n = len(rows)
+    values = np.frombuffer(rows.values, dtype=np.float64).reshape(n, -1)
+    weights = np.frombuffer(rows.weights, dtype=np.float64).reshape(n, -1)
+    return [(rows.end_ns[i], *rows.labels[rows.label[i]], bool(rows.judged[i]),
+             tuple(None if math.isnan(x) else x for x in values[i]),
+             tuple(None if math.isnan(x) else x for x in weights[i])) for i in range(n)]
+
+
+def test_batch_columns_project_as_record_by_record():
+    rng = random.Random(6)
+    for _ in range(20):
+        records = parse_batch(dump_batch(messy_records(rng, 400, 10.0, odd=0.0)))
+        for r in records[::9]:
+            r.update(ttft_s=None, decode_s=None, tokens_out=rng.choice([0, 1, 2, None]))
+        for r in records[::11]:
+            r.update(track=rng.choice([None, "blue", "shadow"]), model_version=None, error_type=rng.choice(["", "x"]))
+        columns = BatchColumns.of(records, DEFAULT_METRICS)
+        assert columns is not None
+        indices = list(range(0, len(records), 2))
+        fast = columns.rows(tuple(m.name for m in DEFAULT_METRICS), indices)
+        slow = rows_of([records[i] for i in indices])
+        assert fast is not None and decoded(fast) == decoded(slow)
+        assert decoded(pickle.loads(pickle.dumps(fast))) == decoded(slow)
+    odd = parse_batch(dump_batch(messy_records(rng, 50, 10.0, odd=0.0)))
+    for change in ({"ttft_s": 1}, {"tokens_out": True}, {"track": 3}, {JUDGED: True}, {"quality_sample_rate": 0.5},
+                   {"tokens_out": 1 << 60}):
+        assert BatchColumns.of([*odd, {**odd[0], **change}], DEFAULT_METRICS) is None  # record by record instead
