@@ -1,7 +1,7 @@
 """Per-request Python cost of the canary and quality jobs' hot paths (issue #17), before and after, on the same
 request batches, without the stack.
 
-    python -m bench.job_cost                       # 7 alternating rounds against the branch's merge base with main
+    python -m bench.job_cost                       # 15 alternating rounds against the branch's merge base with main
     python -m bench.job_cost --baseline <commit> --rounds 5 --seconds 5
 
 Writes bench/results/job_cost.json. What is timed, per Kafka message of ``infersight.requests`` (batches of
@@ -18,7 +18,8 @@ Writes bench/results/job_cost.json. What is timed, per Kafka message of ``infers
 
 "Before" is the baseline commit's code (``git archive`` into a temporary tree), "after" this tree's, each timed
 in its own child process (nice'd) with the same batches; rounds alternate which goes first (the machine's speed
-varies, and another process may run), and the medians over rounds are reported.
+varies, and another process may run), and the medians over rounds are reported, with the median of each
+round's before/after ratio (the two ran back to back) and each side's fastest round.
 """
 
 from __future__ import annotations
@@ -167,8 +168,8 @@ def resolve(ref: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", default=None, help="commit of 'before' (default: merge base with main)")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--seconds", type=float, default=10.0, help="event time of traffic per round")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=5.0, help="event time of traffic per round")
     parser.add_argument("--rate", type=int, default=5000, help="requests/s of event time")
     parser.add_argument("--batch", type=int, default=500, help="records per message")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -181,6 +182,7 @@ def main() -> None:
     baseline = resolve(args.baseline or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=REPO,
                                                        capture_output=True, text=True, check=True).stdout.strip())
     messages, requests = make_messages(args.seconds, args.rate, args.batch)
+    load_start = os.getloadavg()[0]  # another process's load inflates both sides; the paired ratio less
     rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="job_cost_") as tmp:
         messages_path = Path(tmp) / "messages.pickle"
@@ -201,13 +203,25 @@ def main() -> None:
         "baseline_commit": baseline,
         "us_per_request": {job: {"before": round(medians["before"][f"{job}_us"], 3),
                                  "after": round(medians["after"][f"{job}_us"], 3),
-                                 "speedup": round(medians["before"][f"{job}_us"] / medians["after"][f"{job}_us"], 2)}
+                                 "speedup": round(medians["before"][f"{job}_us"] / medians["after"][f"{job}_us"], 2),
+                                 # each round's before/after ran back to back: their ratio cancels slow swings
+                                 "speedup_paired_median": round(statistics.median(
+                                     b[f"{job}_us"] / a[f"{job}_us"]
+                                     for b, a in zip(rounds["before"], rounds["after"], strict=True)), 2),
+                                 "fastest_round": {name: round(min(x[f"{job}_us"] for x in rounds[name]), 3)
+                                                   for name in ("before", "after")},
+                                 "bytes_crossing_per_request": {
+                                     name: round(medians[name][f"{job}_bytes_per_request"], 1)
+                                     for name in ("before", "after")}}
                            for job in ("canary", "quality")},
+        "load_average_1m": {"start": load_start, "end": os.getloadavg()[0]},
         "median": medians, "per_round": rounds,
     }
     save_results(RESULTS, result)
     for job, v in result["us_per_request"].items():
-        print(f"{job}: {v['before']:.2f} -> {v['after']:.2f} µs/request ({v['speedup']:.1f}x)")
+        print(f"{job}: {v['before']:.2f} -> {v['after']:.2f} µs/request ({v['speedup']:.1f}x; paired "
+              f"{v['speedup_paired_median']:.1f}x; fastest rounds {v['fastest_round']['before']:.2f} -> "
+              f"{v['fastest_round']['after']:.2f}), bytes crossing {v['bytes_crossing_per_request']}")
 
 
 if __name__ == "__main__":
