@@ -149,7 +149,8 @@ class Rows:
         self.metrics, self.labels, self.end_ns, self.label, self.judged, used, values, sampled_width, weights = state
         n, width = len(self.end_ns), len(self.metrics)
         full = np.full((n, width), np.nan)
-        full[:, np.frombuffer(used, dtype=bool)] = np.frombuffer(values, dtype=np.float64).reshape(n, -1)
+        kept = np.frombuffer(used, dtype=bool)
+        full[:, kept] = np.frombuffer(values, dtype=np.float64).reshape(n, int(kept.sum()))
         self.values = array("d", full.tobytes())
         self.weights = array("d", np.full(n * sampled_width, np.nan).tobytes() if weights is None else weights)
         self._index = {key: i for i, key in enumerate(self.labels)}

@@ -215,6 +215,9 @@ def test_rows_round_trip_through_pickle():
     back.append(row)  # after unpickling, a known label keeps its index
     assert len(back) == len(rows) + 1 and back.labels[back.label[-1]] == (1, "v1", "us")
     assert len(back.labels) == len(rows.labels)
+    for few in ([], [{"end_ns": 1, "track": None}], [{"end_ns": 1, "track": "stable", "ttft_s": 0.5}]):
+        again = pickle.loads(pickle.dumps(rows_of(few)))  # no row, no finite value, one column
+        assert decoded(again) == decoded(rows_of(few))
 
 
 def test_route_folds_as_record_by_record_at_the_bounds():
@@ -244,6 +247,8 @@ def test_route_folds_as_record_by_record_at_the_bounds():
 def decoded(rows: Rows) -> list[tuple]:
     """Each row as (end, side, version, region, judged, values, weights), NaN as None: label tables may differ."""
     n = len(rows)
+    if not n:
+        return []
     values = np.frombuffer(rows.values, dtype=np.float64).reshape(n, -1)
     weights = np.frombuffer(rows.weights, dtype=np.float64).reshape(n, -1)
     return [(rows.end_ns[i], *rows.labels[rows.label[i]], bool(rows.judged[i]),
