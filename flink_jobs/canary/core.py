@@ -16,6 +16,7 @@ the same period, so a cause shared by both tracks (a stable that degrades during
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import numpy as np
 
 from infersight.flink_jobs.canary.metrics import DEFAULT_METRICS, MetricSpec, Record
 from infersight.flink_jobs.canary.reservoir import DEFAULT_CAPACITY, Reservoir
+from infersight.flink_jobs.canary.rows import JUDGED, UNTRACKED, Projector, Rows, rows_of
 from infersight.flink_jobs.canary.stats import (
     alpha_spent,
     compare_proportions,
@@ -38,8 +40,13 @@ SIDES = ("canary", "stable")
 VERDICTS = ("pass", "marginal", "fail", "inconclusive")
 NS = 1_000_000_000
 
+__all__ = ["ALL_REGIONS", "JUDGED", "NS", "SIDES", "Bake", "BakeConfig", "projector"]
 
-JUDGED = "judged"  # marks a judge's result (stream.judged_item): it feeds only the sampled metrics
+
+@functools.cache
+def projector(metrics: tuple[MetricSpec, ...]) -> Projector:
+    """The records' projection for a metric table (one per table: the job has one)."""
+    return Projector(metrics)
 
 
 @dataclass(frozen=True)
@@ -106,37 +113,49 @@ class Bake:
     def add_records(self, records: list[Record]) -> None:
         """Request records of this bake's model (and region, unless overall). Records of the shadow track and
         those that ended before the bake's start are ignored; records without a track are counted."""
-        columns: dict[str, dict[str, list[float]]] = {s: {m.name: [] for m in self.config.metrics} for s in SIDES}
-        weights: dict[str, dict[str, list[float]]] = {s: {m.name: [] for m in self.config.metrics} for s in SIDES}
-        for record in records:
-            end_ns = record.get("end_ns")
-            if not isinstance(end_ns, int) or end_ns < self.start_ns:
-                continue
-            track = record.get("track")
-            judged = bool(record.get(JUDGED))  # a judge's result of a sampled request: not traffic itself
-            if track not in SIDES:
-                self.untracked += track != "shadow" and not judged
-                continue
-            if not judged:
-                self.saw(track, str(record.get("model_version") or ""), str(record.get("region", "")), end_ns)
-            for spec in self.config.metrics:
-                if judged and not spec.sample_rate_field:
-                    continue  # a judged result feeds the sampled metrics only
-                value = spec.extract(record)
-                if value is None or not math.isfinite(value):
-                    continue
-                weight = 1.0
-                if spec.sample_rate_field:
-                    rate = record.get(spec.sample_rate_field)
-                    if not isinstance(rate, int | float) or not 0 < rate <= 1:
-                        continue  # a sampled value without its rate cannot be weighted
-                    weight = 1.0 / rate
-                columns[track][spec.name].append(value)
-                weights[track][spec.name].append(weight)
-        for side in SIDES:
-            for name, values in columns[side].items():
-                if values:
-                    self.add_values(side, name, np.array(values), np.array(weights[side][name]))
+        self.add_rows(rows_of(records, projector(self.config.metrics)))
+
+    def add_rows(self, rows: Rows) -> None:
+        """``add_records`` on records projected by the job's route step (``rows.Rows``), vectorised: the same
+        values in the same order, so the reservoirs draw the same keys as from the records."""
+        names = tuple(m.name for m in self.config.metrics)
+        if rows.metrics != names:
+            raise ValueError(f"rows projected for metrics {rows.metrics}, the bake judges {names}")
+        n = len(rows)
+        end_ns = np.frombuffer(rows.end_ns, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
+        after = end_ns >= self.start_ns
+        if not after.any():
+            return
+        label = np.frombuffer(rows.label, dtype=np.int32)
+        side = np.array([s for s, _, _ in rows.labels], dtype=np.int8)[label]
+        judged = np.frombuffer(rows.judged, dtype=np.int8).astype(bool)
+        self.untracked += int(np.count_nonzero(after & (side == UNTRACKED)))  # judged ones are not in rows
+        self._saw_rows(rows, end_ns, label, after & ~judged & (side != UNTRACKED))
+        values = np.frombuffer(rows.values, dtype=np.float64).reshape(n, len(names))
+        weights = np.frombuffer(rows.weights, dtype=np.float64).reshape(n, -1) if rows.weights else None
+        sampled = 0
+        for j, spec in enumerate(self.config.metrics):
+            column = values[:, j]
+            finite = np.isfinite(column) & after
+            for code, name in enumerate(SIDES):
+                keep = finite & (side == code)
+                if keep.any():
+                    w = weights[keep, sampled] if spec.sample_rate_field and weights is not None \
+                        else np.ones(int(np.count_nonzero(keep)))
+                    self.add_values(name, spec.name, column[keep], w)
+            sampled += bool(spec.sample_rate_field)
+
+    def _saw_rows(self, rows: Rows, end_ns: np.ndarray, label: np.ndarray, traffic: np.ndarray) -> None:
+        """``saw`` once per label (side, version, region) of the rows' requests, in order of first appearance
+        (the order per-record calls would have inserted them in: the dicts' order breaks the checks' ties)."""
+        labels, ends = label[traffic], end_ns[traffic]
+        if not labels.size:
+            return
+        present, first = np.unique(labels, return_index=True)
+        for index in present[np.argsort(first)]:
+            of_label = ends[labels == index]
+            side, version, region = rows.labels[index]
+            self.saw(SIDES[side], version, region, int(of_label.max()), int(of_label.min()), int(of_label.size))
 
     def saw(self, track: str, version: str, region: str, last_ns: int, first_ns: int | None = None,
             requests: int = 1) -> None:

@@ -12,26 +12,35 @@ from pyflink.datastream import FlatMapFunction, KeyedProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
-from infersight.flink_jobs.canary.core import JUDGED, NS, BakeConfig
-from infersight.flink_jobs.canary.stream import DEFAULT_LIMITS, CanaryState, event_json, route, route_evaluations
+from infersight.flink_jobs.canary.core import NS, BakeConfig
+from infersight.flink_jobs.canary.rows import Projector
+from infersight.flink_jobs.canary.stream import (
+    DEFAULT_LIMITS,
+    CanaryState,
+    event_json,
+    first_canary_ns,
+    route,
+    route_evaluations,
+)
 from infersight.flink_jobs.common.cardinality import LabelLimiter
 
 NS_PER_MS = 1_000_000
 
 
 class Route(FlatMapFunction):
-    """A requests batch (an evaluations batch with ``evaluations``) -> ``("records", (key, pickled records))``
-    per bake key, ``("dlq", letter)``."""
+    """A requests batch (an evaluations batch with ``evaluations``) -> ``("records", (key, pickled rows))`` per
+    bake key (``rows.Rows``: only what the bake reads), ``("dlq", letter)``."""
 
     def __init__(self, evaluations: bool = False) -> None:
         self.evaluations = evaluations
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.limiter = LabelLimiter(DEFAULT_LIMITS)
+        self.projector = Projector()  # the default metric table, as the Judge's BakeConfig (checked there)
 
     def flat_map(self, value: str):
         keyed, letters = (route_evaluations if self.evaluations else route)(value, self.limiter,
-                                                                              int(time.time() * 1000))
+                                                                              int(time.time() * 1000), self.projector)
         for letter in letters:
             yield "dlq", letter
         for key, records in keyed.items():
@@ -55,10 +64,10 @@ class Judge(KeyedProcessFunction):
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         _key, payload = value
         if self.next_look_ms.value() is None:  # no bake running: only a canary can start one
-            canary = [r["end_ns"] for r in pickle.loads(payload) if r.get("track") == "canary" and not r.get(JUDGED)]
-            if not canary:
+            first_ns = first_canary_ns(pickle.loads(payload))
+            if first_ns is None:
                 return
-            first_ms = min(canary) // NS_PER_MS + int(self.config.interval_s * 1000)
+            first_ms = first_ns // NS_PER_MS + int(self.config.interval_s * 1000)
             self.next_look_ms.update(first_ms)
             ctx.timer_service().register_event_time_timer(first_ms)
         self.pending.add(payload)

@@ -10,7 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from infersight.flink_jobs.canary.core import ALL_REGIONS, JUDGED, NS, Bake, BakeConfig
+from infersight.flink_jobs.canary.core import ALL_REGIONS, JUDGED, NS, Bake, BakeConfig, projector
+from infersight.flink_jobs.canary.rows import INT64_MAX, INT64_MIN, BatchColumns, Projector, Rows, rows_of
 from infersight.flink_jobs.common.cardinality import LabelLimiter
 from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
@@ -25,49 +26,92 @@ KEY_SEP = "|"
 DEFAULT_LIMITS = {"model": 200, "region": 50}  # bakes are per model x (region + overall): bounded keys
 
 
-def route(raw: str | bytes, limiter: LabelLimiter, now_ms: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """One ``infersight.requests`` message -> records by bake key (``model|region`` and ``model|`` for the
-    overall bake), and dead letters for what is not a request record. Models and regions past the
-    cardinality bounds are folded by the limiter and not judged (a folded model mixes several)."""
-    return _route(raw, limiter, now_ms, _request_item)
+def route(raw: str | bytes, limiter: LabelLimiter, now_ms: int,
+          projector: Projector | None = None) -> tuple[dict[str, Rows], list[str]]:
+    """One ``infersight.requests`` message -> what the bakes read of its records (``rows.Rows``) by bake key
+    (``model|region`` and ``model|`` for the overall bake), and dead letters for what is not a request record.
+    Models and regions past the cardinality bounds are folded by the limiter and not judged (a folded model
+    mixes several)."""
+    return _route(raw, limiter, now_ms, _request_item, projector or Projector())
 
 
 def _route(raw: str | bytes, limiter: LabelLimiter, now_ms: int,
-           item_of: Callable[[Any], tuple[dict[str, Any] | None, str | None]]
-           ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+           item_of: Callable[[Any], tuple[dict[str, Any] | None, str | None]], projector: Projector
+           ) -> tuple[dict[str, Rows], list[str]]:
     """A message's items by bake key (``item_of``: the item to judge or a dead letter, or neither), or the whole
-    message dead-lettered when it is not a JSON batch."""
+    message dead-lettered when it is not a JSON batch. Each item is projected once (``Projector.row``) and
+    the row shared by its region's key and its model's overall key: only that crosses to the bakes."""
     try:
         batch = parse_batch(raw)
     except (ValueError, TypeError):
         return {}, [dead_letter(JOB, "not_json", raw)]
-    out: dict[str, list[dict[str, Any]]] = {}
+    items: list[dict[str, Any]] = []
+    by_key: dict[str, list[int]] = {}  # bake key -> its items' indices, in batch order
+    # (model, region) -> its two keys' index lists, None when folded: asked once per pair and batch (the
+    # limiter's answer and its last-seen times cannot change within a batch, which has one now_ms)
+    keys_of: dict[tuple[str, str], tuple[list[int], list[int]] | None] = {}
     letters = []
     for raw_item in batch:
         item, letter = item_of(raw_item)
         if letter is not None:
             letters.append(letter)
         elif item is not None:
-            _add_keyed(out, item, limiter, now_ms)
-    return out, letters
+            pair = (item["model"], item.get("region"))  # a missing region is not "" to the limiter
+            if pair not in keys_of:
+                keys_of[pair] = _key_lists(item, limiter, now_ms, by_key)
+            lists = keys_of[pair]
+            if lists is not None:
+                lists[0].append(len(items))
+                lists[1].append(len(items))
+                items.append(item)
+    return _keyed_rows(items, by_key, projector), letters
+
+
+def _key_lists(item: dict[str, Any], limiter: LabelLimiter, now_ms: int, by_key: dict[str, list[int]]
+               ) -> tuple[list[int], list[int]] | None:
+    """The index lists of the item's region key and overall key, None when its model or region is folded by the
+    cardinality bound."""
+    folded = limiter.fold(item, now_ms)
+    if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
+        return None
+    model, region = item["model"], item.get("region", "")
+    return (by_key.setdefault(f"{model}{KEY_SEP}{region}", []),
+            by_key.setdefault(f"{model}{KEY_SEP}{ALL_REGIONS}", []))
+
+
+def _keyed_rows(items: list[dict[str, Any]], by_key: dict[str, list[int]], projector: Projector
+                ) -> dict[str, Rows]:
+    """Each key's rows: the batch projected at once where it can be (``BatchColumns``), else record by record;
+    either way each item once, its row shared by its keys. Keys left with no row (the shadow track) are not
+    sent."""
+    out: dict[str, Rows] = {}
+    columns = BatchColumns.of(items, projector.metrics)
+    if columns is not None:
+        for key, indices in by_key.items():
+            rows = columns.rows(projector.names, indices)
+            if rows is not None:
+                out[key] = rows
+        return out
+    projected = [projector.row(item) for item in items]
+    for key, indices in by_key.items():
+        for i in indices:
+            row = projected[i]
+            if row is not None:
+                rows = out.get(key)
+                if rows is None:
+                    rows = out[key] = Rows(projector.names)
+                rows.append(row)
+    return out
 
 
 def _request_item(item: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(item, dict) or not isinstance(item.get("model"), str) or not item["model"] \
-            or not isinstance(item.get("end_ns"), int) or not isinstance(item.get("region", ""), str):
+            or not isinstance(item.get("end_ns"), int) or not INT64_MIN <= item["end_ns"] <= INT64_MAX \
+            or not isinstance(item.get("region", ""), str):
         return None, dead_letter(JOB, "not_a_request_record", json_of(item),
-                                 problems=["a request record needs a model, a region and an integer end_ns"])
+                                 problems=["a request record needs a model, a region and an integer end_ns "
+                                           "(64-bit)"])
     return item, None
-
-
-def _add_keyed(out: dict[str, list[dict[str, Any]]], item: dict[str, Any], limiter: LabelLimiter,
-               now_ms: int) -> None:
-    """``item`` under its model's region key and overall key, unless its model or region is folded."""
-    folded = limiter.fold(item, now_ms)
-    if OVERFLOW_VALUE in (folded.get("model"), folded.get("region")):
-        return
-    for region in (item.get("region", ""), ALL_REGIONS):
-        out.setdefault(f"{item['model']}{KEY_SEP}{region}", []).append(item)
 
 
 # what an evaluation record becomes for the bake (metrics.DEFAULT_METRICS reads these fields; ``JUDGED`` marks
@@ -93,22 +137,30 @@ def judged_item(evaluation: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def route_evaluations(raw: str | bytes, limiter: LabelLimiter, now_ms: int
-                      ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """One ``infersight.evaluations`` message -> judged items by bake key, as ``route`` does for requests."""
-    return _route(raw, limiter, now_ms, _evaluation_item)
+def route_evaluations(raw: str | bytes, limiter: LabelLimiter, now_ms: int, projector: Projector | None = None
+                      ) -> tuple[dict[str, Rows], list[str]]:
+    """One ``infersight.evaluations`` message -> judged items' rows by bake key, as ``route`` does for
+    requests."""
+    return _route(raw, limiter, now_ms, _evaluation_item, projector or Projector())
 
 
 def _evaluation_item(evaluation: Any) -> tuple[dict[str, Any] | None, str | None]:
     item = judged_item(evaluation) if isinstance(evaluation, dict) else None
     if item is None or not isinstance(item["model"], str) or not item["model"] \
-            or not isinstance(item["end_ns"], int) or not isinstance(item["region"], str):
+            or not isinstance(item["end_ns"], int) or not INT64_MIN <= item["end_ns"] <= INT64_MAX \
+            or not isinstance(item["region"], str):
         if not isinstance(evaluation, dict) or evaluation.get("name") in (QUALITY_EVALUATOR, *GUARDRAILS):
             return None, dead_letter(JOB, "not_an_evaluation_record", json_of(evaluation), problems=[
                 "an evaluation record needs a model, a region, an integer time_ns, a numeric score and a "
                 "sample rate in (0, 1]"])
         return None, None  # another evaluator's result: not judged here
     return item, None
+
+
+def first_canary_ns(payload: Rows | list[dict[str, Any]]) -> int | None:
+    """The end time of a payload's first canary request: what starts a bake (a payload pickled by a job that ran
+    before the projection is a list of records)."""
+    return (payload if isinstance(payload, Rows) else rows_of(payload)).first_canary_ns()
 
 
 class CanaryState:
@@ -123,16 +175,19 @@ class CanaryState:
     def to_state(self) -> dict[str, Any]:
         return {"bake": self.bake.to_state() if self.bake else None, "final": self.final}
 
-    def feed(self, key: str, records: list[dict[str, Any]]) -> int | None:
-        """Add records; the event time (ns) of the next look when a bake runs, else None."""
-        canary = [r for r in records if r.get("track") == "canary" and not r.get(JUDGED)]
+    def feed(self, key: str, records: Rows | list[dict[str, Any]]) -> int | None:
+        """Add a batch's rows of this key (``route``'s; request records are projected first, as are payloads
+        of a job that ran before the projection); the event time (ns) of the next look when a bake runs,
+        else None."""
+        rows = records if isinstance(records, Rows) else rows_of(records, projector(self.config.metrics))
         if self.bake is None:
-            versions = {str(r.get("model_version") or "") for r in canary}
-            if not canary or (self.final is not None and versions <= {self.final["canary_version"]}):
+            first_ns = rows.first_canary_ns()
+            if first_ns is None or (self.final is not None
+                                    and rows.canary_versions() <= {self.final["canary_version"]}):
                 return None  # no canary yet, or the judged canary still serving after its final verdict
             model, _, region = key.partition(KEY_SEP)
-            self.bake = Bake(model, region, min(r["end_ns"] for r in canary), self.config)
-        self.bake.add_records(records)
+            self.bake = Bake(model, region, first_ns, self.config)
+        self.bake.add_rows(rows)
         return self.next_look_ns()
 
     def next_look_ns(self) -> int | None:

@@ -7,7 +7,7 @@ checkpointed: after a restart, values are admitted afresh, in arrival order."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from infersight.schemas.pipeline import OVERFLOW_VALUE
@@ -57,6 +57,36 @@ class LabelLimiter:
             out[field] = OVERFLOW_VALUE
             self.folded[label] += 1
         return out
+
+    def batch_fold(self, now_ms: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """``fold`` for the records of one batch (one ``now_ms``), asking the bound once per distinct combination
+        of label values: within one ``now_ms`` a value's answer cannot change (an admitted value stays admitted;
+        a refused one stays refused, the first refusal having freed every stale slot) and a repeated sighting
+        only sets its last-seen time to the same ``now_ms``. The records and the per-record folded counts are
+        those of ``fold``."""
+        fields = tuple(self.fields.items())
+        memo: dict[tuple[Any, ...], tuple[tuple[str, str], ...]] = {}  # label values -> (label, field) folded
+
+        def fold(record: dict[str, Any]) -> dict[str, Any]:
+            values = tuple(record.get(field) for _, field in fields)
+            try:
+                folded = memo.get(values)
+            except TypeError:  # an unhashable value: fold says what it makes of it
+                return self.fold(record, now_ms)
+            if folded is None:
+                out = self.fold(record, now_ms)
+                memo[values] = tuple((label, field) for label, field in fields
+                                     if out is not record and out.get(field) != record.get(field))
+                return out
+            if not folded:
+                return record
+            out = dict(record)
+            for label, field in folded:
+                out[field] = OVERFLOW_VALUE
+                self.folded[label] += 1
+            return out
+
+        return fold
 
 
 def limits_of(spec: str, labels: Mapping[str, str], default: int = DEFAULT_MAX_VALUES) -> dict[str, int]:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, MutableMapping
 from typing import Any
@@ -61,7 +62,12 @@ def _error_kind(error_type: str | None) -> str | None:
     """An error type (an exception's class name, an HTTP status, a code) folded into ``ERROR_TYPES``."""
     if error_type is None:
         return None
-    e = str(error_type).lower()
+    return _error_kind_of(str(error_type))
+
+
+@functools.lru_cache(maxsize=4096)  # a few distinct error types, every request of a failing series asks again
+def _error_kind_of(error_type: str) -> str:
+    e = error_type.lower()
     for kind, marks in (("timeout", ("timeout", "deadline")), ("cancelled", ("cancel",)),
                         ("server", ("5", "server", "internal")), ("client", ("4", "client", "invalid"))):
         if any(e.startswith(m) if len(m) == 1 else m in e for m in marks):
@@ -76,21 +82,64 @@ def add_requests(aggs: Aggregates, records: Iterable[dict[str, Any]], window_s: 
     for rec in records:
         groups[(window_end_s(rec["end_ns"], window_s), _series(rec))].append(rec)
     for key, recs in groups.items():
-        agg = aggs.setdefault(key, WindowAggregate())
-        ttft = np.array([r["ttft_s"] for r in recs if r.get("ttft_s") is not None], dtype=float)
-        hists = {
-            "tokens_in": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["tokens_in"],
-                                             np.array([r.get("tokens_in") or 0 for r in recs], dtype=float)),
-            "tokens_out": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["tokens_out"],
-                                              np.array([r.get("tokens_out") or 0 for r in recs], dtype=float)),
-            "ttft": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["ttft"], ttft),
-            "finish_reason": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["finish_reason"], _category(
-                [r.get("finish_reason") for r in recs], FINISH_REASONS, "other")),
-            "error_type": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["error_type"], _category(
-                [_error_kind(r.get("error_type")) for r in recs], ERROR_TYPES, "none")),
-        }
-        for name, h in hists.items():
-            if name in agg.histograms:
-                agg.histograms[name].add(h)
-            else:
-                agg.histograms[name] = h
+        add_series_requests(aggs.setdefault(key, WindowAggregate()), recs)
+
+
+def add_series_requests(agg: WindowAggregate, recs: list[dict[str, Any]]) -> None:
+    """Add one series' request records of one window to its aggregate (``add_requests`` per group; the quality
+    job's reader, which groups the records itself, calls it directly)."""
+    ttft = np.array([r["ttft_s"] for r in recs if r.get("ttft_s") is not None], dtype=float)
+    hists = {
+        "tokens_in": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["tokens_in"],
+                                         np.array([r.get("tokens_in") or 0 for r in recs], dtype=float)),
+        "tokens_out": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["tokens_out"],
+                                          np.array([r.get("tokens_out") or 0 for r in recs], dtype=float)),
+        "ttft": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["ttft"], ttft),
+        "finish_reason": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["finish_reason"], _category(
+            [r.get("finish_reason") for r in recs], FINISH_REASONS, "other")),
+        "error_type": Histogram.of_values(DRIFT_SIGNAL_BY_NAME["error_type"], _category(
+            [_error_kind(r.get("error_type")) for r in recs], ERROR_TYPES, "none")),
+    }
+    for name, h in hists.items():
+        if name in agg.histograms:
+            agg.histograms[name].add(h)
+        else:
+            agg.histograms[name] = h
+
+
+def series_aggregates(groups: list[list[dict[str, Any]]]) -> list[WindowAggregate]:
+    """``add_series_requests`` into a fresh aggregate per group, for all of a batch's groups at once: each signal
+    binned in one numpy pass over the batch and counted per group with one ``bincount`` of (group, bin) — the
+    same counts and sample numbers, without a numpy call per group and signal (a batch has a group per window
+    and series)."""
+    records = [r for recs in groups for r in recs]
+    sizes = np.array([len(recs) for recs in groups])
+    group = np.repeat(np.arange(len(groups)), sizes)
+    ttft_values = [r.get("ttft_s") for r in records]
+    has_ttft = np.array([v is not None for v in ttft_values], dtype=bool)
+    columns = {
+        "tokens_in": (np.array([r.get("tokens_in") or 0 for r in records], dtype=float), None),
+        "tokens_out": (np.array([r.get("tokens_out") or 0 for r in records], dtype=float), None),
+        "ttft": (np.array([v for v in ttft_values if v is not None], dtype=float), has_ttft),
+        "finish_reason": (_category([r.get("finish_reason") for r in records], FINISH_REASONS, "other"), None),
+        "error_type": (_category([_error_kind(r.get("error_type")) for r in records], ERROR_TYPES, "none"), None),
+    }
+    out = [WindowAggregate() for _ in groups]
+    for name, (values, mask) in columns.items():
+        signal = DRIFT_SIGNAL_BY_NAME[name]
+        of_group = group if mask is None else group[mask]
+        counts = np.bincount(of_group * signal.bins + bin_index(signal, values),
+                             minlength=len(groups) * signal.bins).astype(float).reshape(len(groups), signal.bins)
+        samples = np.bincount(of_group, minlength=len(groups))
+        for g, agg in enumerate(out):
+            agg.histograms[name] = Histogram(counts[g].copy(), int(samples[g]))
+    return out
+
+
+def bin_index(signal: Any, values: np.ndarray) -> np.ndarray:
+    """Each value's bin, as ``Histogram.of_values`` bins it (categorical: the category index)."""
+    values = np.asarray(values, dtype=float)
+    if signal.categories:
+        return values.astype(int)
+    edges = np.asarray(signal.edges, dtype=float)
+    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, signal.bins - 1)

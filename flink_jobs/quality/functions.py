@@ -58,7 +58,7 @@ class ReadBatches(ProcessFunction):
 
     def read(self, value: str, now_ms: int) -> tuple[dict, list[str], int]:
         limiter = self.limiter
-        fold = None if limiter is None else (lambda record: limiter.fold(record, now_ms))
+        fold = None if limiter is None else limiter.batch_fold(now_ms)
         try:
             if self.kind == REQUESTS_KIND:
                 partials, letters = read_requests(value, self.window_s, fold, self.topic)

@@ -18,7 +18,7 @@ from typing import Any
 from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.common.keys import join_fields
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
-from infersight.flink_jobs.quality.aggregate import add_evaluations, add_requests, window_end_s
+from infersight.flink_jobs.quality.aggregate import add_evaluations, series_aggregates, window_end_s
 from infersight.flink_jobs.quality.core import Engine, EngineParams, Series, WindowAggregate
 from infersight.flink_jobs.quality.drift import Histogram
 from infersight.schemas import pipeline as P
@@ -98,7 +98,29 @@ def read_requests(value: str | bytes, window_s: int, fold: Fold | None = None,
             letters.append(_letter(item, problems, topic))
             continue
         valid.append(fold(item) if fold is not None else item)
-    return _partials(valid, "end_ns", window_s, add_requests), letters
+    return _request_partials(valid, window_s), letters
+
+
+def _request_partials(valid: list[dict[str, Any]], window_s: int) -> Partials:
+    """``_partials(valid, "end_ns", window_s, add_requests)`` in one grouping pass: each record keyed once by
+    window and series (the engine key and the aggregate's key both follow from it), not once per level."""
+    groups: dict[tuple[int, str, str, str, str], list[dict[str, Any]]] = {}
+    for rec in valid:
+        key = (rec["end_ns"] // NS // window_s, rec.get("region") or "", rec.get("model") or "",
+               rec.get("model_version") or "", rec.get("track") or "stable")
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [rec]
+        else:
+            group.append(rec)
+    out: Partials = {}
+    aggregates = series_aggregates(list(groups.values()))
+    for ((window, region, model, version, track), recs), agg in zip(groups.items(), aggregates, strict=True):
+        out_key = (engine_key(region, model), (window + 1) * window_s * 1000)  # aggregate.window_end_s, in ms
+        n, partial = out.get(out_key) or (0, {})
+        partial[Series(region, model, version, track)] = agg
+        out[out_key] = (n + len(recs), partial)
+    return out
 
 
 def read_evaluations(value: str | bytes, window_s: int, fold: Fold | None = None,

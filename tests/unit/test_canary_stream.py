@@ -101,8 +101,9 @@ def test_evaluations_route_into_the_same_bakes_as_judged_items_only():
              {**judged("canary", 1, RELEVANCE, 0.5), "sample_rate": 0}, "x"]
     keyed, letters = route_evaluations(json.dumps(batch), limiter, 0)
     assert {k: len(v) for k, v in keyed.items()} == {"m|us": 1, "m|eu": 1, "m|": 2}
-    assert keyed["m|us"][0]["quality_score"] == 0.7 and keyed["m|us"][0]["quality_sample_rate"] == 0.1
-    assert keyed["m|eu"][0]["guardrail_flagged"] is True
+    us, eu = keyed["m|us"], keyed["m|eu"]  # one row each: what the bake reads (rows.Rows)
+    assert us.values[us.metrics.index("quality_score")] == 0.7 and list(us.weights) == [10.0, 10.0]
+    assert eu.values[eu.metrics.index("guardrail_flag_ratio")] == 1.0 and list(us.judged) == [True]
     assert len(letters) == 3 and all(json.loads(x)["reason"] == "not_an_evaluation_record" for x in letters)
     assert json.loads(route_evaluations(b"{nope", limiter, 0)[1][0])["reason"] == "not_json"
 
@@ -126,7 +127,8 @@ def test_judged_results_feed_only_the_quality_metrics_and_never_start_a_bake():
         scores += [judged("stable", t0 + i * 0.2, RELEVANCE, float(x)) for i, x in enumerate(rng.beta(8, 2, 150))]
         scores += [judged("stable", t0 + i * 0.2, REFUSAL, 0.0) for i in range(150)]
         items, _ = route_evaluations(json.dumps(scores), limiter, 0)
-        next_ns = state.feed("m|us", records + items["m|us"])
+        state.feed("m|us", records)
+        next_ns = state.feed("m|us", items["m|us"])
         while next_ns is not None and next_ns <= (t0 + 30) * NS:
             event, _ = state.look(next_ns)
             next_ns = state.next_look_ns()
