@@ -71,6 +71,17 @@ INCIDENT_FIELDS: tuple[str, ...] = (
 INCIDENT_KINDS: tuple[str, ...] = (
     "outage", "silent", "errors", "latency", "cache_thrash", "traffic_surge", "bad_rollout", "degradation",
 )
+# a notice on infersight.anomalies: a region's silence that its region status explains (never paged, never an
+# incident): its link is delayed (the data will come late) or it has no traffic. "start" when the first of its
+# series falls quiet, "end" when the last has resumed or, the status no longer explaining it, is called silent.
+NOTICE_FIELDS: tuple[str, ...] = (
+    "type",  # "notice"
+    "event",  # "start" | "end"
+    "kind", "region", "window_end", "start", "end", "status", "cause", "link_lag_s", "backlog_records",
+    "backlog_estimated", "series", "models", "resumed", "summary",
+)
+NOTICE_KINDS: tuple[str, ...] = ("delayed", "no_traffic")
+NOTICE_EVENTS: tuple[str, ...] = ("start", "end")
 
 
 def row_problem(row: dict[str, Any]) -> str | None:

@@ -15,6 +15,8 @@ beacons and a probe of the regional cluster through its link, and publishes:
 
 from __future__ import annotations
 
+import math
+
 # --- the statuses ---
 OK = "ok"
 LINK_DELAYED = "link_delayed"    # the region's telemetry is late: its link is cut or slow, or the mirror behind
@@ -60,3 +62,25 @@ RECORD_FIELDS: tuple[str, ...] = (
     "queue_size",       # the gateways' exporter queues (sum), from the newest mirrored beacons
     "reason",           # one line for people: why this status
 )
+
+
+def record_problem(value: object) -> str | None:
+    """Why a decoded ``infersight.region_status`` record cannot be used (a short reason for the dead-letter
+    topic), or None. Only the fields a reader acts on are checked; the others are informative."""
+    if not isinstance(value, dict):
+        return "not_an_object"
+    for name in ("region", "status", "at_ms"):
+        if name not in value:
+            return f"missing_{name}"
+    if not isinstance(value["region"], str) or not value["region"]:
+        return "bad_region"
+    if value["status"] not in STATUSES:
+        return "unknown_status"
+    at_ms = value["at_ms"]
+    if isinstance(at_ms, bool) or not isinstance(at_ms, int) or at_ms < 0:
+        return "bad_at_ms"
+    for name in ("link_lag_s", "backlog_records"):
+        v = value.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            return f"bad_{name}"
+    return None

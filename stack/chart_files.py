@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from infersight.schemas.topics import ALL_TOPICS, Topic
+from infersight.schemas.topics import ALL_TOPICS, REGION_STATUS, Topic
 from infersight.stack import flink_config, mirror, paths
 from infersight.stack.jobs import JOBS
 
@@ -58,7 +58,9 @@ def outputs() -> dict[str, str]:
             "jobs": [
                 {"name": name, "module": module,
                  "archiveRoot": name == "infersight-archive",
-                 "otlpSources": name == "infersight-normalize"}
+                 "otlpSources": name == "infersight-normalize",
+                 # detect's --region-status-topic (stack/jobs.job_args); "" for the others
+                 "regionStatusTopic": REGION_STATUS.name if name == "infersight-detect" else ""}
                 for name, module in JOBS.items()
             ],
             # what normalize reads by default (its --source-topics), mirrored once per region globally

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from infersight.flink_jobs.common.kafka_io import KAFKA_PROPERTIES_ENV
-from infersight.schemas.topics import ALL_TOPICS
+from infersight.schemas.topics import ALL_TOPICS, REGION_STATUS
 from infersight.stack import kafka_admin, paths, statefile
 from infersight.stack.errors import StackError
 from infersight.stack.security import java_properties_text, write_private
@@ -379,12 +379,15 @@ def running_jobs(layout) -> dict[str, str]:
 def job_args(name: str, brokers: str, archive_root: str, source_topics: Sequence[str] = ()) -> list[str]:
     """The arguments a job is submitted with (before ``--jars``): natively and in the Helm chart's
     ``FlinkDeployment``s. ``source_topics``: the OTLP topics normalize reads where they are not the
-    regional names (the global cluster's mirrored ``<region>.infersight.otlp.*``)."""
+    regional names (the global cluster's mirrored ``<region>.infersight.otlp.*``). Detect reads the region status
+    topic (empty in the single-region topology), named here so the chart says it too."""
     args = ["--brokers", brokers]
     if name == "infersight-archive":
         args += ["--root", archive_root]
     if name == "infersight-normalize" and source_topics:
         args += ["--source-topics", ",".join(source_topics)]
+    if name == "infersight-detect":
+        args += ["--region-status-topic", REGION_STATUS.name]
     return args
 
 

@@ -46,15 +46,18 @@ def sql_client_options(properties: Mapping[str, str] | None = None) -> str:
     return "".join(f",\n'properties.{k}' = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in props.items())
 
 
-def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None, start_ms: int | None = None):
+def kafka_source(brokers: str, topic: str, group_id: str, value_schema=None, start_ms: int | None = None,
+                 earliest: bool = False):
     """A KafkaSource of ``topic``'s values (strings unless ``value_schema``), from the group's committed offsets
     (the earliest without them), or from the first record stamped at or after ``start_ms`` (see
-    ``add_start_option``), reading only committed records (what an upstream job's checkpoints committed). A
-    restore from a checkpoint continues from its offsets either way."""
+    ``add_start_option``), or from the earliest offset (``earliest``: a compacted topic read whole at each fresh
+    start), reading only committed records (what an upstream job's checkpoints committed). A restore from a
+    checkpoint continues from its offsets either way."""
     from pyflink.common.serialization import SimpleStringSchema
     from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaSource
 
-    start = (KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST) if start_ms is None
+    start = (KafkaOffsetsInitializer.earliest() if earliest
+             else KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST) if start_ms is None
              else KafkaOffsetsInitializer.timestamp(start_ms))
     builder = (KafkaSource.builder().set_bootstrap_servers(brokers).set_topics(topic)
                .set_group_id(group_id)

@@ -15,7 +15,8 @@ persists for ``max_episode`` windows (it is the new normal).
 for this series, with a rest period after a high one (what ``bench/nab.py`` scores on NAB).
 
 ``Engine`` — the fleet: one detector per (region, model, track, signal), silent series (a series that stops
-sending raises a ``silent`` anomaly), new tracks (for likely causes), bad input counted, idle series expired.
+sending raises a ``silent`` anomaly, unless its region's status explains it: ``regions.py``), new tracks (for
+likely causes), bad input counted, idle series expired.
 
 ``Correlator`` — anomalies into incidents: scope, kind, k-of-N regions against chance, failover absorption,
 likely cause, open / update / resolve.
@@ -27,6 +28,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from infersight.flink_jobs.detect.regions import RegionStatuses
 from infersight.schemas.detection import SIGNAL_BY_NAME, SILENT, Signal
 
 DAY_S = 86_400.0
@@ -302,6 +304,7 @@ class Correlator:
     new_tracks: list[list[Any]] = field(default_factory=list)  # [t, region, model, track], most recent 50
     next_id: int = 1
     step: float = 10.0
+    region_causes: dict[str, str] = field(default_factory=dict)  # region -> its status' likely cause (regions.py)
 
     # ---- topology
     def see(self, t: float, region: str, model: str, track: str) -> bool:
@@ -309,7 +312,7 @@ class Correlator:
         models = self.topology.setdefault(region, {})
         tracks = models.setdefault(model, {})
         new = track not in tracks and bool(tracks)
-        tracks[track] = t
+        tracks[track] = max(t, tracks.get(track, t))  # a late window does not make the track older
         if new:
             self.new_tracks.append([t, region, model, track])
             del self.new_tracks[:-50]
@@ -351,6 +354,9 @@ class Correlator:
                     alerted.add(a["region"])
                 self._add(inc, a)
             if inc not in changed:
+                changed.append(inc)
+        for inc in self.incidents:  # a region's status gave a cause since: say it (an update if it changes)
+            if inc not in changed and set(inc.get("regions", ())) & set(self.region_causes):
                 changed.append(inc)
         for region in self.known_regions(t, p):
             r = self.rates.get(region, p.rate_prior)
@@ -468,7 +474,10 @@ class Correlator:
                 scope = "series" if len(live) > 1 and len(tracks) == 1 else "model_region"
         dirs = {(e[2], e[3]) for e in entries}
         cause = None
-        for nt_t, nt_region, nt_model, nt_track in reversed(self.new_tracks):
+        down = [r for r in affected if r in self.region_causes]
+        if down:  # the region status service saw it: more direct than a new track
+            cause = "; ".join(f"{self.region_causes[r]} in {r}" for r in down)
+        for nt_t, nt_region, nt_model, nt_track in reversed(self.new_tracks if cause is None else []):
             if nt_region in affected and inc["start"] - p.cause_windows * self.step <= nt_t <= inc["start"] + \
                     p.lag_windows * self.step:
                 where = sorted({r for tt, r, m, tr in self.new_tracks if m == nt_model and tr == nt_track
@@ -476,7 +485,7 @@ class Correlator:
                 cause = f"{nt_model} track {nt_track} appeared in {_join(where)}"
                 break
         if any(s == SILENT for s, _ in dirs) and not any(s in OUTAGE_SIGNALS and d == "down" for s, d in dirs):
-            kind = "silent"
+            kind = "outage" if down else "silent"  # a silence whose gateways are down is an outage
         elif any(s in OUTAGE_SIGNALS and d == "down" for s, d in dirs):
             kind = "outage"
         elif cause is not None and scope in ("global", "multi_region"):
@@ -575,9 +584,15 @@ class Engine:
     step: float = 0.0
     onsets: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    regions: RegionStatuses = field(default_factory=RegionStatuses)
+    heard: dict[str, float] = field(default_factory=dict)  # series -> window open when its last late row came
 
     def count(self, reason: str, n: int = 1) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + n
+
+    def region_status(self, record: dict[str, Any]) -> bool:
+        """Take a region's latest status (a valid ``infersight.region_status`` record); True if it is news."""
+        return self.regions.apply(record, self.current_t)
 
     def observe(self, t: float, region: str, model: str, track: str, signal: str, value: float
                 ) -> list[dict[str, Any]]:
@@ -589,8 +604,9 @@ class Engine:
             dt = t - self.current_t
             self.step = dt if self.step <= 0 or dt < self.step else self.step
             self.current_t = t
-        elif t < self.current_t:
+        elif t < self.current_t:  # a delayed region's windows catching up: fed in order, and they count as news
             self.count("late_row")
+            self.heard[f"{region}|{model}|{track}"] = self.current_t
         if value != value:
             self.count("nan_value")
             return events
@@ -612,13 +628,19 @@ class Engine:
             self.correlator.see(t, region, model, track)
         if skey in self.silent:  # it is back
             del self.silent[skey]
+        self.regions.resume(skey)
         dkey = f"{skey}|{signal}"
         d = self.detectors.get(dkey)
         if d is None:
             d = self.detectors[dkey] = Detector()
         p = self.params.detector[signal]
         z, ev = d.update(t, value, p)
-        if ev == "onset":
+        if ev == "onset" and signal in OUTAGE_SIGNALS and d.sign < 0 and self.regions.explains(region):
+            # a delayed region's partial window, or its traffic ending: the episode goes on unreported (no score
+            # shown); it is reported if the fall persists once the status no longer explains it
+            d.reported = False
+            self.count("traffic_fall_explained")
+        elif ev == "onset":
             direction = "up" if d.sign > 0 else "down"
             self.onsets.append({
                 "type": "anomaly", "window_end": t, "region": region, "model": model, "track": track,
@@ -641,26 +663,60 @@ class Engine:
                 for sig in SIGNAL_BY_NAME:
                     self.detectors.pop(f"{skey}|{sig}", None)
                 self.silent.pop(skey, None)
+                self.heard.pop(skey, None)
+                self.regions.forget(skey)
                 self.count("series_expired")
                 continue
-            if n >= ep.established_windows and t - last >= ep.silent_windows * step and skey not in self.silent:
+            heard = self.heard.get(skey, last)
+            if heard <= last:  # current again: forget the burst
+                self.heard.pop(skey, None)
+            quiet = t - max(last, heard)
+            if n >= ep.established_windows and quiet >= ep.silent_windows * step and skey not in self.silent \
+                    and skey not in self.regions.held:
                 region, model, track = skey.split("|", 2)
                 siblings = self.correlator.topology.get(region, {}).get(model, {})
                 if any(tr != track and t - seen < ep.silent_windows * step for tr, seen in siblings.items()):
                     self.silent[skey] = -1e18  # a retired track (its model still serves): not an anomaly
                     self.count("track_retired")
                     continue
+                if self.regions.explains(region):
+                    self.regions.hold(skey, model, t)
+                    self.count("silence_explained")
+                    continue
                 self.silent[skey] = t
-                onsets.append({"type": "anomaly", "window_end": t, "region": region, "model": model,
-                               "track": track, "signal": SILENT, "direction": "down", "value": 0.0,
-                               "expected": 1.0, "score": float(ep.silent_windows),
-                               "summary": f"{model} ({track}) in {region} silent for {t - last:.0f} s"})
+                onsets.append(self._silent_onset(skey, t))
+        onsets += self._review_silences(t, step)
+        notices = self.regions.notice_events(t)
         active = {tuple(k.split("|", 3)) for k, d in self.detectors.items() if d.active and d.reported}
         active |= {(*k.split("|", 2), SILENT) for k, since in self.silent.items()
                    if t - since < ep.silent_active_s}
         self.correlator.expire(t, ep.expire_s)
+        self.correlator.region_causes = self.regions.causes()
         events = self.correlator.tick(t, onsets, active, ep.correlator)  # type: ignore[arg-type]
-        return onsets + events
+        return onsets + events + notices
+
+    def _silent_onset(self, skey: str, t: float) -> dict[str, Any]:
+        region, model, track = skey.split("|", 2)
+        last = self.series[skey][0]
+        return {"type": "anomaly", "window_end": t, "region": region, "model": model, "track": track,
+                "signal": SILENT, "direction": "down", "value": 0.0, "expected": 1.0,
+                "score": float(self.params.silent_windows),
+                "summary": f"{model} ({track}) in {region} silent for {t - last:.0f} s"}
+
+    def _review_silences(self, t: float, step: float) -> list[dict[str, Any]]:
+        """A region's status changed while its series were quiet: silences it now explains are held (their
+        incidents resolve as usual), held series it no longer explains are silent after all."""
+        for skey, since in sorted(self.silent.items()):
+            if since > -1e17 and self.regions.explains(skey.split("|", 1)[0]):
+                del self.silent[skey]
+                self.regions.hold(skey, skey.split("|", 2)[1], t)
+                self.count("silence_explained")
+        onsets = []
+        for skey in self.regions.to_release(t, self.params.silent_windows * step):
+            if skey in self.series:
+                self.silent[skey] = t
+                onsets.append(self._silent_onset(skey, t))
+        return onsets
 
     def flush(self) -> list[dict[str, Any]]:
         """Close the last window and resolve what is still open (end of a replay)."""
@@ -676,7 +732,8 @@ class Engine:
         return {"detectors": {k: d.to_state() for k, d in self.detectors.items()},
                 "series": {k: list(v) for k, v in self.series.items()}, "silent": dict(self.silent),
                 "correlator": self.correlator.to_state(), "current_t": self.current_t, "step": self.step,
-                "onsets": [dict(o) for o in self.onsets], "counts": dict(self.counts)}
+                "onsets": [dict(o) for o in self.onsets], "counts": dict(self.counts),
+                "regions": self.regions.to_state(), "heard": dict(self.heard)}
 
     @classmethod
     def from_state(cls, state: dict[str, Any], params: EngineParams | None = None) -> Engine:
@@ -684,4 +741,5 @@ class Engine:
                    detectors={k: Detector.from_state(v) for k, v in state["detectors"].items()},
                    series={k: list(v) for k, v in state["series"].items()}, silent=dict(state["silent"]),
                    correlator=Correlator.from_state(state["correlator"]), current_t=state["current_t"],
-                   step=state["step"], onsets=[dict(o) for o in state["onsets"]], counts=dict(state["counts"]))
+                   step=state["step"], onsets=[dict(o) for o in state["onsets"]], counts=dict(state["counts"]),
+                   regions=RegionStatuses.from_state(state.get("regions")), heard=dict(state.get("heard", {})))

@@ -3,6 +3,10 @@ streaming detectors and the cross-region incident correlator (``core``) -> anoma
 ``infersight.anomalies`` (JSON) and the detect metrics on ``infersight.metrics`` (to Prometheus through the
 sink). Exactly once with checkpoints: the engine's state is keyed state, the sinks are transactional.
 
+The region status (``infersight.region_status``, compacted, from the region status service; empty in the
+single-region topology) is a second input, read from its earliest offset so the job knows each region's status
+at once: a silence of a region whose link is delayed is a notice, not an outage (``regions.py``).
+
 Run: ``python -m infersight.flink_jobs.detect.job --brokers HOST:PORT --jars <connector jar URLs>``."""
 
 from __future__ import annotations
@@ -10,12 +14,13 @@ from __future__ import annotations
 import argparse
 
 from infersight.flink_jobs.detect.stream import JOB
-from infersight.schemas.topics import ANOMALIES, DLQ, METRICS, WINDOW_STATS
+from infersight.schemas.topics import ANOMALIES, DLQ, METRICS, REGION_STATUS, WINDOW_STATS
 
 
 def build(env, brokers: str, group_id: str, out_of_orderness_s: float, idle_s: float, quiet_s: float,
-          input_topic: str = WINDOW_STATS.name, exactly_once: bool = True, start_ms: int | None = None) -> None:
-    from pyflink.common import Types
+          input_topic: str = WINDOW_STATS.name, exactly_once: bool = True, start_ms: int | None = None,
+          region_status_topic: str = REGION_STATUS.name) -> None:
+    from pyflink.common import Duration, Types, WatermarkStrategy
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
 
@@ -24,9 +29,16 @@ def build(env, brokers: str, group_id: str, out_of_orderness_s: float, idle_s: f
 
     dlq_tag = OutputTag("dlq", Types.STRING())
     # the window-stats records' Kafka timestamps are their windows' ends (the metrics job stamps them so)
-    out = (env.from_source(kafka_source(brokers, input_topic, group_id, start_ms=start_ms),
-                           event_time(out_of_orderness_s, idle_s, quiet_s), "window-stats")
-           .key_by(F.fleet_key, key_type=Types.STRING())
+    windows = env.from_source(kafka_source(brokers, input_topic, group_id, start_ms=start_ms),
+                              event_time(out_of_orderness_s, idle_s, quiet_s), "window-stats")
+    # The status records are stamped when judged (wall clock, ahead of the windows' event time) and refreshed
+    # every few seconds; idle after idle_s (an empty topic, a stopped service) they never hold the windows back.
+    # Not the quiet rule of event_time: a wall-clock watermark quiet_s behind would hold back fresh windows.
+    statuses = env.from_source(
+        kafka_source(brokers, region_status_topic, f"{group_id}-region-status", earliest=True),
+        WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(int(idle_s * 1000))),
+        "region-status")
+    out = (windows.connect(statuses).key_by(F.fleet_key, F.fleet_key, key_type=Types.STRING())
            .process(F.DetectWindows(dlq_tag), output_type=Types.PICKLED_BYTE_ARRAY()).name("detect"))
     (out.filter(F.is_event).map(F.second, output_type=Types.STRING()).name("events")
      .sink_to(kafka_sink(brokers, ANOMALIES.name, group_id, exactly_once=exactly_once)).name(ANOMALIES.name))
@@ -46,6 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-id", default=JOB)
     parser.add_argument("--input-topic", default=WINDOW_STATS.name,
                         help="window-stats records to read (another topic: a recorded or synthetic feed)")
+    parser.add_argument("--region-status-topic", default=REGION_STATUS.name,
+                        help="region status records (schemas/region_status.py), read from the earliest offset: a "
+                             "silence of a region whose link is delayed is a notice, not an outage")
     parser.add_argument("--out-of-orderness-s", type=float, default=5.0,
                         help="how far behind the newest window's records another series' records of an earlier "
                              "window may come (the metrics job closes request and pod windows separately)")
@@ -58,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, args.out_of_orderness_s, args.idle_s, args.quiet_s, args.input_topic,
-          start_ms=args.start_ms)
+          start_ms=args.start_ms, region_status_topic=args.region_status_topic)
     env.execute(JOB)
 
 

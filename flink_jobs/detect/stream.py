@@ -1,6 +1,7 @@
 """The detect job's logic without PyFlink: window-stats records in, engine events and Prometheus metrics out,
 window by window, in the order the replay uses (``replay.clean_rows``), so the job and ``infersight detect
-replay`` give the same incidents on the same windows. Plain state (dicts), kept by the job in keyed state."""
+replay`` give the same incidents on the same windows; region status records in (``parse_status``), each region's
+latest handed to the engine before the windows it closes. Plain state (dicts), kept by the job in keyed state."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from infersight.flink_jobs.detect.core import Engine, EngineParams
 from infersight.flink_jobs.detect.replay import clean_rows
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
 from infersight.schemas import pipeline as P
+from infersight.schemas import region_status as RS
 from infersight.schemas import window_stats as W
 from infersight.schemas.units import NS
 
@@ -30,6 +32,23 @@ def parse(raw: str) -> tuple[list[dict[str, Any]], str | None]:
     return W.rows(value), None
 
 
+def parse_status(raw: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A region status record (``infersight.region_status``), or ``(None, dead letter)`` when it cannot be used."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, dead_letter(JOB, "not_json", raw)
+    problem = RS.record_problem(value)
+    if problem is not None:
+        return None, dead_letter(JOB, f"region_status_{problem}", raw)
+    return value, None
+
+
+def newer_status(held: dict[str, Any] | None, record: dict[str, Any]) -> bool:
+    """Whether ``record`` replaces the region's ``held`` record: the latest per region wins."""
+    return held is None or record["at_ms"] >= held["at_ms"]
+
+
 class DetectState:
     """The engine plus the cumulative anomaly counters and the incident kinds seen (so a closed one reads 0)."""
 
@@ -44,6 +63,11 @@ class DetectState:
     def to_state(self) -> dict[str, Any]:
         return {"engine": self.engine.to_state(), "anomalies": dict(self.anomalies), "kinds": self.kinds,
                 "start_ns": self.start_ns}
+
+    def region_statuses(self, records: list[dict[str, Any]]) -> None:
+        """Hand the engine each region's latest status (valid records, from ``parse_status``)."""
+        for record in records:
+            self.engine.region_status(record)
 
     def windows(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes | None, dict[str, int]]:
         """Feed one or more windows' rows (any order): the events, the metrics of the newest window closed (None

@@ -223,3 +223,85 @@ def test_a_regional_outage_in_request_records_becomes_one_region_incident_throug
     finally:
         flink.stop(lay, detect)
         flink.stop(lay, metrics)
+
+
+def steady_rows(tag: str, quiet_region: str, windows: int = 60, cut: int = 40, heal: int = 50) -> list[dict]:
+    """Three regions' steady window stats of one model, ending two minutes ago; ``quiet_region`` sends nothing
+    from window ``cut`` until ``heal`` (an established series, then a silence the engine notices)."""
+    rng = np.random.default_rng(7)
+    t_end = (int(time.time() - 120) // WINDOW_S) * WINDOW_S
+    rows = []
+    for i in range(windows):
+        t = t_end - (windows - 1 - i) * WINDOW_S
+        for region in ("ap-southeast-1", "eu-west-1", "us-east-1"):
+            if region == quiet_region and cut <= i < heal:
+                continue
+            signals = {"request_rate": 100 + rng.normal(0, 2), "error_ratio": abs(rng.normal(0.001, 0.0005)),
+                       "ttft_p50": 0.1 + rng.normal(0, 0.002), "tokens_per_s": 5000 + rng.normal(0, 50)}
+            rows += [{"window_end": float(t), "region": region, "model": f"llama-{tag}", "track": "stable@v1",
+                      "signal": s, "value": float(v)} for s, v in signals.items()]
+    return rows
+
+
+def region_status_record(region: str, status: str) -> dict:
+    from infersight.schemas import region_status as RS
+
+    now_ms = int(time.time() * 1000)
+    return {"region": region, "status": status, "since_ms": now_ms - 9000, "at_ms": now_ms,
+            "cause": RS.CAUSE_LINK if status == RS.LINK_DELAYED else "", "link_up": status != RS.LINK_DELAYED,
+            "link_lag_s": 42.0, "backlog_records": 1200, "backlog_estimated": True, "gateways": 2,
+            "spans_per_s": 30.0, "queue_size": 0, "reason": "integration test"}
+
+
+def test_a_silent_region_whose_link_is_delayed_is_a_notice_and_with_its_gateways_down_an_outage(stack):
+    """Two detect jobs side by side, each with its own window stats and region status topics: eu-west-1 falls
+    silent while its status is link_delayed (a malformed status record first: dead-lettered, the job goes on)
+    -> a `delayed` notice, no anomaly, no incident, the events the replay gives; the same silence while its status
+    is gateways_down -> an outage naming the gateways as its likely cause."""
+    from infersight.schemas import region_status as RS
+
+    lay = stack.layout
+    bootstrap = lay.kafka_bootstrap
+    cases = {}
+    for status in (RS.LINK_DELAYED, RS.GATEWAYS_DOWN):
+        tag = uuid.uuid4().hex[:6]
+        rows = steady_rows(tag, "eu-west-1")
+        stats_topic = new_topic(bootstrap, tag)
+        status_topic = new_topic(bootstrap, tag, "test-region-status")
+        record = region_status_record("eu-west-1", status)
+        bad = json.dumps({**record, "region": f"r-{tag}", "status": "on_fire"}).encode()
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(status_topic, bad, key=f"r-{tag}".encode())
+        producer.produce(status_topic, json.dumps(record).encode(), key=b"eu-west-1")
+        assert producer.flush(30) == 0
+        produce(bootstrap, stats_topic, rows)
+        state = DetectState()
+        state.region_statuses([record])
+        expected, _metrics, _bad = state.windows(rows)
+        expected = [json.loads(json.dumps(e, sort_keys=True)) for e in expected]
+        job = flink.submit(lay, "infersight.flink_jobs.detect.job",
+                           ["--brokers", bootstrap, "--group-id", f"test-detect-{tag}", "--input-topic",
+                            stats_topic, "--region-status-topic", status_topic])
+        cases[status] = (tag, expected, job, bad)
+    try:
+        for status, (tag, expected, _job, _bad) in cases.items():
+            got = wait_for_events(bootstrap, tag, len(expected))
+            assert got == expected, status  # the replay's events, the status handed over before the windows
+        tag, got, _job, bad = cases[RS.LINK_DELAYED]
+        assert not [e for e in got if e["type"] in ("anomaly", "incident")], got
+        start, end = [e for e in got if e["type"] == "notice"]
+        assert (start["event"], start["kind"], start["region"]) == ("start", "delayed", "eu-west-1")
+        assert start["summary"].startswith("telemetry from eu-west-1 delayed (link), lag 42 s"), start
+        assert end["event"] == "end" and end["resumed"] == 1, end  # the region's windows came again
+        letters = [json.loads(m.value()) for m in read_all(bootstrap, DLQ.name)]
+        assert any(d["job"] == JOB and d["reason"] == "region_status_unknown_status"
+                   and d["raw_size"] == len(bad) for d in letters)
+
+        tag, got, _job, _bad = cases[RS.GATEWAYS_DOWN]
+        opened = [e for e in got if e["type"] == "incident" and e["event"] == "open"]
+        assert len(opened) == 1 and opened[0]["kind"] == "outage" and opened[0]["regions"] == ["eu-west-1"], got
+        assert opened[0]["likely_cause"] == "gateways down in eu-west-1", opened[0]
+        assert not [e for e in got if e["type"] == "notice"]
+    finally:
+        for _tag, _expected, job, _bad in cases.values():
+            flink.stop(lay, job)
