@@ -14,7 +14,8 @@ from pyflink.datastream import KeyedCoProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
-from infersight.flink_jobs.detect.stream import DetectState, newer_status, parse, parse_status
+from infersight.flink_jobs.detect.regions import newer_status
+from infersight.flink_jobs.detect.stream import DetectState, parse, parse_status
 
 FLEET = "fleet"
 

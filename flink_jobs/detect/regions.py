@@ -30,6 +30,12 @@ KEPT = ("status", "cause", "at_ms", "link_lag_s", "backlog_records", "backlog_es
 MAX_REGIONS = 10_000  # bounds the state against a flood of made-up region names
 
 
+def newer_status(held: dict[str, Any] | None, record: dict[str, Any]) -> bool:
+    """Whether ``record`` replaces the region's ``held`` record: the latest per region wins (``at_ms``), so a
+    replay of the compacted topic's older records changes nothing."""
+    return held is None or record["at_ms"] >= held["at_ms"]
+
+
 def region_of(series_key: str) -> str:
     return series_key.split("|", 1)[0]
 
@@ -43,11 +49,11 @@ class RegionStatuses:
 
     # ---- the status
     def apply(self, record: dict[str, Any], t: float | None) -> bool:
-        """Take a valid status record (``RS.record_problem`` is None) seen at engine time ``t``; the latest per
-        region wins (``at_ms``), so a replay of the compacted topic's older records changes nothing."""
+        """Take a valid status record (``RS.record_problem`` is None) seen at engine time ``t``, unless an
+        older one than the region's (``newer_status``)."""
         region = record["region"]
         old = self.statuses.get(region)
-        if old is not None and record["at_ms"] < old["at_ms"]:
+        if not newer_status(old, record):
             return False
         if old is None and len(self.statuses) >= MAX_REGIONS:
             self.refused += 1

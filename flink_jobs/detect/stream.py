@@ -44,11 +44,6 @@ def parse_status(raw: str) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
-def newer_status(held: dict[str, Any] | None, record: dict[str, Any]) -> bool:
-    """Whether ``record`` replaces the region's ``held`` record: the latest per region wins."""
-    return held is None or record["at_ms"] >= held["at_ms"]
-
-
 class DetectState:
     """The engine plus the cumulative anomaly counters and the incident kinds seen (so a closed one reads 0)."""
 

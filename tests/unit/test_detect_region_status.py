@@ -9,8 +9,8 @@ import json
 import numpy as np
 
 from infersight.flink_jobs.detect.core import Engine
-from infersight.flink_jobs.detect.regions import MAX_REGIONS, RegionStatuses
-from infersight.flink_jobs.detect.stream import DetectState, newer_status, parse_status
+from infersight.flink_jobs.detect.regions import MAX_REGIONS, RegionStatuses, newer_status
+from infersight.flink_jobs.detect.stream import DetectState, parse_status
 from infersight.schemas import region_status as RS
 from infersight.schemas.detection import NOTICE_FIELDS, SILENT
 
