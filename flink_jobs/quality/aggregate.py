@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from infersight.flink_jobs.quality.core import Series, WindowAggregate
-from infersight.flink_jobs.quality.drift import Histogram
+from infersight.flink_jobs.quality.drift import Histogram, bin_index
 from infersight.flink_jobs.quality.estimates import EvaluatorWindow
 from infersight.schemas.quality import DRIFT_SIGNAL_BY_NAME, ERROR_TYPES, FINISH_REASONS, score_signal
 from infersight.schemas.units import NS
@@ -135,11 +135,3 @@ def series_aggregates(groups: list[list[dict[str, Any]]]) -> list[WindowAggregat
             agg.histograms[name] = Histogram(counts[g].copy(), int(samples[g]))
     return out
 
-
-def bin_index(signal: Any, values: np.ndarray) -> np.ndarray:
-    """Each value's bin, as ``Histogram.of_values`` bins it (categorical: the category index)."""
-    values = np.asarray(values, dtype=float)
-    if signal.categories:
-        return values.astype(int)
-    edges = np.asarray(signal.edges, dtype=float)
-    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, signal.bins - 1)

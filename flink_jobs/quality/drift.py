@@ -49,18 +49,22 @@ class Histogram:
     def of_values(cls, signal: DriftSignal, values: np.ndarray, weights: np.ndarray | None = None) -> Histogram:
         """Bin numeric ``values`` (categorical: category indices) with optional weights (1 / sample rate)."""
         values = np.asarray(values, dtype=float)
-        if signal.categories:
-            counts = np.bincount(values.astype(int), weights=weights, minlength=signal.bins).astype(float)
-        else:
-            # the last edge may be +inf; clip into the outer bins so nothing falls outside
-            edges = np.asarray(signal.edges, dtype=float)
-            idx = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, signal.bins - 1)
-            counts = np.bincount(idx, weights=weights, minlength=signal.bins).astype(float)
+        counts = np.bincount(bin_index(signal, values), weights=weights, minlength=signal.bins).astype(float)
         return cls(counts, int(values.size))
 
     def add(self, other: Histogram) -> None:
         self.counts = self.counts + other.counts
         self.n += other.n
+
+
+def bin_index(signal: DriftSignal, values: np.ndarray) -> np.ndarray:
+    """Each value's bin (categorical: its category index); the last edge may be +inf, and values are clipped
+    into the outer bins so nothing falls outside."""
+    values = np.asarray(values, dtype=float)
+    if signal.categories:
+        return values.astype(int)
+    edges = np.asarray(signal.edges, dtype=float)
+    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, signal.bins - 1)
 
 
 @functools.cache
