@@ -2,6 +2,7 @@
 target in its own process for a given time, starting from real payloads (``tests/support/fuzz_seeds.py``).
 
     python -m bench.fuzz --seconds-per-target 600 [--runs 10000000] [--targets otlp_spans,record_batches] [--parallel 2]
+                         [--workers 2]
     python -m bench.fuzz --quick            # 10 s per target, nothing written
 
 Each target runs until ``--seconds-per-target`` (wall) or, with ``--runs``, that many executions, whichever
@@ -789,38 +790,54 @@ def executed(log: str) -> int:
     return int(progress[-1]) if progress else 0
 
 
-def run_target(name: str, seconds: float, workdir: Path, runs: int | None = None) -> Run:
-    """Fuzz one target for ``seconds`` (wall) or ``runs`` executions, restarting after a libFuzzer finding
-    while time (and executions) are left."""
+def _fuzz_process(name: str, index: int, deadline: float, workdir: Path, runs: int | None) -> tuple[int, int]:
+    """One libFuzzer process on the target's shared corpus until ``deadline`` (monotonic) or ``runs``
+    executions, restarted after a libFuzzer finding while time (and executions) are left: (executions,
+    restarts)."""
+    target = TARGETS[name]
+    corpus, artifacts, dict_file = workdir / "corpus", workdir / "artifacts", workdir / "tokens.dict"
+    executions = restarts = 0
+    while (left := deadline - time.monotonic()) >= 5 and (runs is None or executions < runs):
+        limit = [] if runs is None else [f"-runs={runs - executions}"]
+        args = [f"-max_total_time={int(left)}", *limit, "-print_final_stats=1", "-timeout=60", "-rss_limit_mb=2048",
+                f"-max_len={target.max_len}", f"-artifact_prefix={artifacts}/", f"-dict={dict_file}", str(corpus)]
+        log_path = workdir / f"libfuzzer-{index}-{restarts}.log"
+        with log_path.open("w") as log:
+            proc = subprocess.run([sys.executable, "-m", "bench.fuzz", "--worker", name, "--workdir", str(workdir),
+                                   "--", *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=left + 120, check=False)
+        text = log_path.read_text(errors="replace")
+        executions += executed(text)
+        if proc.returncode == 0:
+            break
+        print(f"[{name}/{index}] libFuzzer stopped (exit {proc.returncode}); {text[-1500:]}", file=sys.stderr)
+        restarts += 1
+        if executions == 0:
+            break  # it could not even start: rerunning will not help
+    return executions, restarts
+
+
+def run_target(name: str, seconds: float, workdir: Path, runs: int | None = None, workers: int = 1) -> Run:
+    """Fuzz one target for ``seconds`` (wall) or ``runs`` executions in all, in ``workers`` processes sharing one
+    corpus (libFuzzer reloads the corpus directory every second, so each process picks up what the others
+    found; their executions add up)."""
     target = TARGETS[name]
     corpus, artifacts = workdir / "corpus", workdir / "artifacts"
     corpus.mkdir(parents=True, exist_ok=True)
     artifacts.mkdir(exist_ok=True)
     for seed in target.seeds():
         (corpus / f"seed-{hashlib.sha1(seed).hexdigest()}").write_bytes(seed)
-    dict_file = workdir / "tokens.dict"
-    dict_file.write_text("\n".join(dictionary(target)) + "\n")
+    (workdir / "tokens.dict").write_text("\n".join(dictionary(target)) + "\n")
     run = Run(name)
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) >= 5 and (runs is None or run.executions < runs):
-        limit = [] if runs is None else [f"-runs={runs - run.executions}"]
-        args = [f"-max_total_time={int(left)}", *limit, "-print_final_stats=1", "-timeout=60", "-rss_limit_mb=2048",
-                f"-max_len={target.max_len}", f"-artifact_prefix={artifacts}/", f"-dict={dict_file}", str(corpus)]
-        log_path = workdir / f"libfuzzer-{run.restarts}.log"
-        started = time.monotonic()
-        with log_path.open("w") as log:
-            proc = subprocess.run([sys.executable, "-m", "bench.fuzz", "--worker", name, "--workdir", str(workdir),
-                                   "--", *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=left + 120, check=False)
-        run.seconds += time.monotonic() - started
-        text = log_path.read_text(errors="replace")
-        run.executions += executed(text)
-        if proc.returncode == 0:
-            break
-        print(f"[{name}] libFuzzer stopped (exit {proc.returncode}); {text[-1500:]}", file=sys.stderr)
-        run.restarts += 1
-        if run.executions == 0:
-            break  # it could not even start: rerunning will not help
+    started = time.monotonic()
+    share = None if runs is None else math.ceil(runs / workers)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        done = list(pool.map(lambda i: _fuzz_process(name, i, started + seconds, workdir, share), range(workers)))
+    run.seconds = time.monotonic() - started
+    run.executions = sum(e for e, _ in done)
+    run.restarts = sum(r for _, r in done)
     findings_file = workdir / "findings.jsonl"
     if findings_file.exists():
         first: dict[str, dict[str, Any]] = {}
@@ -850,23 +867,24 @@ def _reproduces(name: str, artifact: Path) -> bool:
     return proc.returncode != 0
 
 
-def _fuzz_all(names: list[str], seconds: float, runs: int | None, parallel: int, keep: Path | None) -> Iterator[Run]:
+def _fuzz_all(names: list[str], seconds: float, runs: int | None, parallel: int, workers: int,
+              keep: Path | None) -> Iterator[Run]:
     base = Path(tempfile.mkdtemp(prefix="infersight-fuzz-")) if keep is None else keep
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        yield from pool.map(lambda n: run_target(n, seconds, base / n, runs), names)
+        yield from pool.map(lambda n: run_target(n, seconds, base / n, runs, workers), names)
     print(f"corpora and logs in {base}", file=sys.stderr)
 
 
-def _measured(seconds: float, runs: int | None) -> dict[str, Any]:
+def _measured(seconds: float, runs: int | None, workers: int) -> dict[str, Any]:
     """What a target's entry carries of its own run, so that ``--merge`` keeps entries of several runs honest: a
     campaign too long for one sitting (10M executions of every target: hours per target on 2 cores) is run target by
     target, and each entry says which code it fuzzed, when, and under which limits."""
     from bench.results_file import git_commit
 
     return {"commit": git_commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "seconds_limit": seconds, "runs_limit": runs}
+            "seconds_limit": seconds, "runs_limit": runs, "workers": workers}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -881,6 +899,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a look, not a measurement: 10 s per target unless "
                         "given, results printed, not written")
     parser.add_argument("--parallel", type=int, default=1, help="targets fuzzed at once (one process each)")
+    parser.add_argument("--workers", type=int, default=1, help="processes per target, sharing its corpus; "
+                        "their executions add up (--runs is the total)")
     parser.add_argument("--keep", type=Path, help="where the corpora, findings and logs go (default: a temp dir)")
     parser.add_argument("--merge", action="store_true", help="replace only these targets in the results file, "
                         "keeping the others' entries (each entry names the commit and time it was measured at)")
@@ -891,8 +911,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown targets {unknown}; known: {', '.join(TARGETS)}")
     seconds = args.seconds_per_target or (10.0 if args.quick else 60.0)
     runs = {}
-    for run in _fuzz_all(names, seconds, args.runs, args.parallel, args.keep):
-        runs[run.name] = run.summary() | _measured(seconds, args.runs)
+    for run in _fuzz_all(names, seconds, args.runs, args.parallel, max(1, args.workers), args.keep):
+        runs[run.name] = run.summary() | _measured(seconds, args.runs, max(1, args.workers))
         s = runs[run.name]
         print(f"{run.name:15s} {s['executions']:>12,d} execs  {s['execs_per_s']:>7,d}/s  {s['crashes']} crashes  "
               f"corpus {s['corpus']}", flush=True)

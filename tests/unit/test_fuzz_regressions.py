@@ -264,6 +264,14 @@ def test_libfuzzer_logs_give_the_executions():
     assert fuzz.executed("#4096\tpulse  cov: 3\n#8192\tpulse  cov: 3\n==12== ERROR: libFuzzer: timeout") == 8192
 
 
+def test_workers_share_one_corpus_and_their_executions_add_up(tmp_path):
+    run = fuzz.run_target("traceparent", 60, tmp_path, runs=400, workers=2)  # real atheris, two processes
+    logs = {p.name: fuzz.executed(p.read_text()) for p in tmp_path.glob("libfuzzer-*.log")}
+    assert set(logs) == {"libfuzzer-0-0.log", "libfuzzer-1-0.log"}
+    assert all(n == 200 for n in logs.values()), logs  # each ran its share of the runs
+    assert run.executions == 400 and run.findings == [] and run.artifacts == []
+
+
 def test_a_finding_is_recorded_once_per_signature_across_the_processes_of_a_run(tmp_path):
     (tmp_path / "artifacts").mkdir()
 
