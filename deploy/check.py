@@ -60,7 +60,7 @@ STRIMZI_KINDS = {
     "KafkaMirrorMaker2": "io.strimzi.api.kafka.model.mirrormaker2.KafkaMirrorMaker2",
 }
 # bump when the CRD -> JSON schema conversion changes: the cached schemas are regenerated
-SCHEMA_CONVERSION = 2
+SCHEMA_CONVERSION = 3
 PROMETHEUS_OPERATOR_KINDS = ("PrometheusRule", "ServiceMonitor", "PodMonitor")
 
 
@@ -160,11 +160,19 @@ def ensure_jars() -> Path:
     return lib
 
 
+_CONSTRAINTS = ("oneOf", "anyOf", "allOf", "not")
+
+
 def strict(schema: dict) -> dict:
     """What kubeconform's openapi2jsonschema does for -strict: objects with listed properties refuse others,
-    except where the CRD says unknown fields are kept."""
+    except where the CRD says unknown fields are kept. Not inside ``oneOf``/``anyOf``/``allOf``/``not``: in a
+    structural schema their ``properties`` only constrain the fields the object declares (Strimzi's
+    ``trustedCertificates`` item: ``secretName`` and one of ``certificate``/``pattern``), as the API server reads
+    them."""
     if isinstance(schema, dict):
-        for value in schema.values():
+        for key, value in schema.items():
+            if key in _CONSTRAINTS:
+                continue
             if isinstance(value, (dict, list)):
                 strict(value)
         if ("properties" in schema and "additionalProperties" not in schema

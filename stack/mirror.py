@@ -120,6 +120,11 @@ def target_client_config() -> dict[str, str]:
     }
 
 
+def _trusting(ca_secret: str) -> dict:
+    """Strimzi's TLS settings of a cluster whose CA is the ``ca.crt`` of Secret ``ca_secret``."""
+    return {"trustedCertificates": [{"secretName": ca_secret, "certificate": "ca.crt"}]}
+
+
 @dataclass(frozen=True)
 class Mirror:
     """One MM2 from every region into the global cluster."""
@@ -171,8 +176,12 @@ class Mirror:
             props[f"{GLOBAL_ALIAS}.{key}"] = value
         return props
 
-    def strimzi_spec(self, bootstrap: dict[str, str], version: str, replicas: int = 1) -> dict:
-        """The ``spec`` of a Strimzi ``kafka.strimzi.io/v1`` ``KafkaMirrorMaker2`` with the same settings."""
+    def strimzi_spec(self, bootstrap: dict[str, str], version: str, replicas: int = 1,
+                     ca_secrets: dict[str, str] | None = None) -> dict:
+        """The ``spec`` of a Strimzi ``kafka.strimzi.io/v1`` ``KafkaMirrorMaker2`` with the same settings.
+        ``ca_secrets``: region -> the Secret holding its cluster CA (``ca.crt``): that region's link is TLS (the
+        region chart's ``mirror`` listener), verified against it."""
+        cas = ca_secrets or {}
         target_config = {
             "exactly.once.source.support": "enabled",
             "scheduled.rebalance.max.delay.ms": REBALANCE_MAX_DELAY_MS,
@@ -196,6 +205,7 @@ class Mirror:
             "mirrors": [
                 {
                     "source": {"alias": region, "bootstrapServers": bootstrap[region],
+                               **({"tls": _trusting(cas[region])} if region in cas else {}),
                                "config": source_client_config()},
                     "sourceConnector": {"tasksMax": len(mirrored_topics()),
                                         "config": source_connector_config(self.replication_factor)},

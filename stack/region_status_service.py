@@ -21,8 +21,9 @@ What it reads, on its own threads:
     GET /metrics   the Prometheus series (text format 0.0.4)
 
 Run: ``python -m infersight.stack.region_status_service --global-brokers HOST:PORT
---region REGION=HOST:PORT [--region ...] [--port 8084]``; ``service_args`` builds that list for the native
-stack and the global Helm chart alike.
+--region REGION=HOST:PORT [--region ...] [--region-ca REGION=CA.PEM ...] [--port 8084]``; ``service_args`` builds
+that list for the native stack and the global Helm chart alike. ``--region-ca``: the region's link is TLS (the
+region chart's ``mirror`` listener) and its broker is verified against that CA, as MM2 does.
 """
 
 from __future__ import annotations
@@ -48,12 +49,22 @@ QUIET = {"log_level": 0}  # a cut link makes librdkafka log every retry; the sta
 
 
 def service_args(global_brokers: str, links: dict[str, str], host: str, port: int,
-                 offsets_topic: str | None = None) -> list[str]:
+                 offsets_topic: str | None = None, cas: dict[str, str] | None = None) -> list[str]:
     """The service's arguments after ``python -m MODULE``, in one place: the native stack starts it with them and
-    a test holds the global chart's Deployment to them. ``links``: region -> its cluster as MM2 reaches it."""
+    a test holds the global chart's Deployment to them. ``links``: region -> its cluster as MM2 reaches it;
+    ``cas``: region -> the CA file its TLS link is verified against (none: plaintext)."""
     return ["--global-brokers", global_brokers, "--host", host, "--port", str(port),
             *(["--offsets-topic", offsets_topic] if offsets_topic else []),
-            *(a for region, bootstrap in links.items() for a in ("--region", f"{region}={bootstrap}"))]
+            *(a for region, bootstrap in links.items() for a in ("--region", f"{region}={bootstrap}")),
+            *(a for region, ca in (cas or {}).items() for a in ("--region-ca", f"{region}={ca}"))]
+
+
+def link_client_config(bootstrap: str, ca: str | None) -> dict[str, Any]:
+    """The librdkafka settings of a probe through a region's link: TLS verified against the region's CA when
+    given (the region chart's listener), else plaintext (the native stack's loopback relays)."""
+    tls = {"security.protocol": "SSL", "ssl.ca.location": ca} if ca else {}
+    return {"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 1000, **tls,
+            **QUIET}
 
 
 def is_offsets_topic(name: str, connect_offsets_topics: frozenset[str] = frozenset()) -> bool:
@@ -135,9 +146,14 @@ class RegionStatusService:
     def __init__(self, global_brokers: str, links: dict[str, str], thresholds: Thresholds | None = None,
                  probe_interval_s: float = 1.0, probe_timeout_s: float = 2.5, judge_interval_s: float = 1.0,
                  refresh_s: float = 5.0, topic: str = REGION_STATUS.name,
-                 log: Callable[[str], None] = print, offsets_topics: tuple[str, ...] = ()) -> None:
+                 log: Callable[[str], None] = print, offsets_topics: tuple[str, ...] = (),
+                 cas: dict[str, str] | None = None) -> None:
         mirror.check_regions(list(links))
+        unknown = sorted(set(cas or ()) - set(links))
+        if unknown:
+            raise ValueError(f"a CA for regions without a link: {', '.join(unknown)}")
         self.global_brokers, self.links, self.topic, self.log = global_brokers, links, topic, log
+        self.cas = dict(cas or {})
         self.offsets_topics = frozenset(offsets_topics)
         self.probe_interval_s, self.probe_timeout_s = probe_interval_s, probe_timeout_s
         self.judge_interval_s, self.refresh_s = judge_interval_s, refresh_s
@@ -153,8 +169,7 @@ class RegionStatusService:
     def probe_loop(self, region: str) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.links[region], "socket.timeout.ms": 3000,
-                             "reconnect.backoff.max.ms": 1000, **QUIET})
+        admin = AdminClient(link_client_config(self.links[region], self.cas.get(region)))
         while not self.stop.is_set():
             started = time.monotonic()
             try:
@@ -346,18 +361,20 @@ def handler_for(service: RegionStatusService) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _link(text: str) -> tuple[str, str]:
-    region, sep, bootstrap = text.partition("=")
-    if not sep or not region or not bootstrap:
-        raise argparse.ArgumentTypeError(f"{text!r} is not REGION=HOST:PORT")
-    return region, bootstrap
+def _pair(form: str) -> Callable[[str], tuple[str, str]]:
+    def parse(text: str) -> tuple[str, str]:
+        region, sep, value = text.partition("=")
+        if not sep or not region or not value:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {form}")
+        return region, value
+    return parse
 
 
 def arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="region-status", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--global-brokers", required=True, help="the global cluster (mirrored beacons, MM2 offsets)")
-    parser.add_argument("--region", action="append", type=_link, required=True,
+    parser.add_argument("--region", action="append", type=_pair("REGION=HOST:PORT"), required=True,
                         help="REGION=HOST:PORT: a region and its cluster as MM2 reaches it (through its link)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -365,13 +382,15 @@ def arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offsets-topic", action="append", default=[],
                         help="MM2's Connect offsets topic when it runs as a Connect cluster (Strimzi's "
                              "KafkaMirrorMaker2); dedicated mode's mm2-offsets.<alias>.internal are always read")
+    parser.add_argument("--region-ca", action="append", type=_pair("REGION=CA.PEM"), default=[],
+                        help="REGION=CA.PEM: the region's link is TLS, its broker verified against this CA")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = arg_parser().parse_args(argv)
     service = RegionStatusService(args.global_brokers, dict(args.region), topic=args.topic,
-                                  offsets_topics=tuple(args.offsets_topic))
+                                  offsets_topics=tuple(args.offsets_topic), cas=dict(args.region_ca))
     server = service.start(args.host, args.port)
     print(f"region status service on http://{args.host}:{server.server_address[1]} for "
           f"{', '.join(service.links)}", flush=True)

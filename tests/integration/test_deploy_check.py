@@ -117,7 +117,7 @@ def test_global_chart_matches_the_python_it_comes_from(tools, values):
     mm2.pop("resources")
     expected = mirror.Mirror(tuple(v["regions"]), replication_factor=rf).strimzi_spec(
         {**v["regionBootstrapServers"], mirror.GLOBAL_ALIAS: bootstrap},
-        version=v.get("kafka", {}).get("version", "4.3.1"))
+        version=v.get("kafka", {}).get("version", "4.3.1"), ca_secrets=_ca_secrets(v))
     assert mm2 == expected
     # topics: the jobs' own and each region's mirrored ones, as schemas/topics.py gives them
     topics = {o["spec"]["topicName"]: o["spec"] for o in _of(objects, "KafkaTopic")}
@@ -152,6 +152,13 @@ def test_global_chart_matches_the_python_it_comes_from(tools, values):
     assert {k for d in dashboards for k in d["data"]} == shipped
 
 
+def _ca_secrets(v: dict) -> dict[str, str]:
+    """Each region's CA Secret, as values.yaml documents the name (the region chart's mirror listener is TLS)."""
+    defaults = yaml.safe_load((GLOBAL / "values.yaml").read_text())["regionTls"]
+    prefix = v.get("regionTls", {}).get("caSecretPrefix", defaults["caSecretPrefix"])
+    return {r: f"{prefix}{r}" for r in v["regions"]}
+
+
 def _named(objects: list[dict], kind: str, name: str) -> dict:
     return next(o for o in _of(objects, kind) if o["metadata"]["name"] == name)
 
@@ -170,10 +177,20 @@ def test_global_chart_runs_the_region_status_service_as_the_native_stack_does(to
     mm2 = _of(objects, "KafkaMirrorMaker2")[0]["spec"]
     links = {m["source"]["alias"]: m["source"]["bootstrapServers"] for m in mm2["mirrors"]}
     assert links == {r: v["regionBootstrapServers"][r] for r in v["regions"]}
+    # each region's link verified against the CA Secret MM2 trusts, mounted where the service is told to read it
+    trusted = {m["source"]["alias"]: m["source"]["tls"]["trustedCertificates"] for m in mm2["mirrors"]}
+    assert trusted == {r: [{"secretName": s, "certificate": "ca.crt"}] for r, s in _ca_secrets(v).items()}
+    pod = deployment["spec"]["template"]["spec"]
+    secret_of = {vol["name"]: vol["secret"]["secretName"] for vol in pod["volumes"]}
+    cas = {}
+    for mount in c["volumeMounts"]:
+        region = next(r for r, s in _ca_secrets(v).items() if s == secret_of[mount["name"]])
+        cas[region] = f"{mount['mountPath']}/ca.crt"
+    assert set(cas) == set(v["regions"]) and all(m["readOnly"] for m in c["volumeMounts"])
     assert c["command"] + c["args"] == [
         "python", "-m", REGION_STATUS_MODULE,
         *service_args("infersight-global-kafka-kafka-bootstrap:9092", links, "0.0.0.0", port,
-                      offsets_topic=mm2["target"]["offsetStorageTopic"])]
+                      offsets_topic=mm2["target"]["offsetStorageTopic"], cas=cas)]
     assert mm2["target"]["offsetStorageTopic"] == mirror.OFFSET_STORAGE_TOPIC
     # probes on its health endpoint, requests and limits, not root
     assert c["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
@@ -226,6 +243,7 @@ BAD = [
     (GLOBAL, ["--set", "regions={eu-west-1,us-east-1}"], 'regionBootstrapServers has no entry for region "us-east-1"'),
     (GLOBAL, ["--set", "flink.checkpointStorage="], "/flink/checkpointStorage"),
     (GLOBAL, ["--set", "regionStatus.port=0"], "/regionStatus/port"),
+    (GLOBAL, ["--set", "regionTls.caSecretPrefix=Region_CA"], "/regionTls/caSecretPrefix"),
 ]
 
 

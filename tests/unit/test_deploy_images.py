@@ -9,6 +9,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from infersight.stack import paths
@@ -86,3 +87,22 @@ def test_strict_conversion_refuses_unknown_fields_except_where_the_crd_keeps_the
     assert schema["additionalProperties"] is False
     assert schema["properties"]["a"]["additionalProperties"] is False
     assert "additionalProperties" not in schema["properties"]["config"]
+
+
+def test_strict_conversion_leaves_one_of_branches_as_constraints():
+    """Strimzi's trusted certificate: ``secretName`` and exactly one of ``certificate``/``pattern``; the branches'
+    ``properties`` name what each requires, not the only fields allowed (the API server reads them so)."""
+    import jsonschema
+
+    check = _check_module()
+    item = check.strict({"type": "object", "required": ["secretName"],
+                         "properties": {"secretName": {"type": "string"}, "certificate": {"type": "string"},
+                                        "pattern": {"type": "string"}},
+                         "oneOf": [{"properties": {"certificate": {}}, "required": ["certificate"]},
+                                   {"properties": {"pattern": {}}, "required": ["pattern"]}]})
+    jsonschema.validate({"secretName": "ca", "certificate": "ca.crt"}, item)
+    jsonschema.validate({"secretName": "ca", "pattern": "*.crt"}, item)
+    for bad in ({"secretName": "ca"}, {"secretName": "ca", "certificate": "a", "pattern": "b"},
+                {"secretName": "ca", "certificate": "a", "other": 1}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, item)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from infersight.stack import mirror, multiregion
@@ -16,8 +17,10 @@ from infersight.stack.ports import PortPlan
 from infersight.stack.region_status_service import (
     DEFAULT_PORT,
     MODULE,
+    RegionStatusService,
     arg_parser,
     is_offsets_topic,
+    link_client_config,
     service_args,
 )
 
@@ -43,6 +46,21 @@ def test_service_args_are_what_the_service_parses():
     assert dict(args.region) == links and list(dict(args.region)) == list(links)  # order kept
     assert args.offsets_topic == [mirror.OFFSET_STORAGE_TOPIC]
     assert arg_parser().parse_args(service_args("g:9092", links, "h", 1)).offsets_topic == []
+    cas = {"eu-west-1": "/etc/ca/eu/ca.crt"}
+    assert dict(arg_parser().parse_args(service_args("g:9092", links, "h", 1, cas=cas)).region_ca) == cas
+    assert arg_parser().parse_args(service_args("g:9092", links, "h", 1)).region_ca == []
+
+
+def test_a_region_with_a_ca_is_probed_over_tls_verified_against_it():
+    tls = link_client_config("r:9093", "/etc/ca/r/ca.crt")
+    assert (tls["security.protocol"], tls["ssl.ca.location"], tls["bootstrap.servers"]) == (
+        "SSL", "/etc/ca/r/ca.crt", "r:9093")
+    assert "security.protocol" not in link_client_config("127.0.0.1:1", None)  # the native stack's loopback relay
+
+
+def test_a_ca_for_a_region_without_a_link_is_refused():
+    with pytest.raises(ValueError, match="eu-west-1"):
+        RegionStatusService("g:9092", {"us-east-1": "r:9093"}, cas={"eu-west-1": "/ca.crt"})
 
 
 def test_mm2_offsets_are_read_in_dedicated_mode_and_from_strimzis_connect_topic():

@@ -16,3 +16,5 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
 {{/* A region's regional Kafka as MM2 and the region status service reach it (its "mirror" listener). */}}
 {{- define "infersight-global.regionBootstrap" -}}{{ index .root.Values.regionBootstrapServers .region }}{{- end -}}
+{{/* The Secret holding a region's cluster CA (ca.crt), which the deployer copies from the region (values.yaml). */}}
+{{- define "infersight-global.regionCaSecret" -}}{{ printf "%s%s" .root.Values.regionTls.caSecretPrefix .region }}{{- end -}}
