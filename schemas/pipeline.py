@@ -56,6 +56,7 @@ LATE_RECORDS = "infersight.late.records"
 ANOMALY_SCORE = "infersight.detect.anomaly.score"  # gauge per window, while an anomaly lasts
 ANOMALIES = "infersight.detect.anomalies"  # counter of onsets
 OPEN_INCIDENTS = "infersight.detect.incidents.open"  # gauge per window
+HELD_SERIES = "infersight.detect.notices.series"  # gauge per window: series held quiet under an open notice
 # the quality job's (docs/quality.md), gauges per window and series (a deployment: region, model, version, track)
 QUALITY_SCORE = "infersight.quality.score"  # weighted mean score per evaluator (guardrails: the flag rate)
 QUALITY_SCORE_CI_LOW = "infersight.quality.score.ci_low"  # its 95 % interval's bounds
@@ -211,6 +212,10 @@ OUTPUTS: tuple[MetricOutput, ...] = (
                  "The detect job: anomaly onsets, cumulative (signal=\"silent\": a series that stopped)."),
     MetricOutput(OPEN_INCIDENTS, "gauge", "{incident}", f"{LABEL_SCOPE_KIND}, {LABEL_KIND}",
                  "The detect job: incidents open at the window's end, by scope and kind.", per_window=True),
+    MetricOutput(HELD_SERIES, "gauge", "{series}", f"{LABEL_REGION}, {LABEL_KIND}",
+                 "The detect job: series of a region silent at the window's end whose silence its region status "
+                 "explains (an open notice, kind delayed or no_traffic: not paged); 0 once they resumed.",
+                 per_window=True),
     # the quality job's (docs/quality.md): per window (--window-s) and deployment, estimates weighted by 1/sample rate
     MetricOutput(QUALITY_SCORE, "gauge", SCORE_UNIT, _EVALUATOR,
                  "The quality job: weighted mean score of the evaluator in the window (0..1; a guardrail's is its "

@@ -6,10 +6,12 @@ latest handed to the engine before the windows it closes. Plain state (dicts), k
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from infersight.flink_jobs.common.deadletter import dead_letter
 from infersight.flink_jobs.detect.core import Engine, EngineParams
+from infersight.flink_jobs.detect.regions import region_of
 from infersight.flink_jobs.detect.replay import clean_rows
 from infersight.flink_jobs.metrics.otlp_metrics import MetricsBatch
 from infersight.schemas import pipeline as P
@@ -45,7 +47,8 @@ def parse_status(raw: str) -> tuple[dict[str, Any] | None, str | None]:
 
 
 class DetectState:
-    """The engine plus the cumulative anomaly counters and the incident kinds seen (so a closed one reads 0)."""
+    """The engine plus the cumulative anomaly counters and the incident and notice kinds seen (so a closed one
+    reads 0)."""
 
     def __init__(self, state: dict[str, Any] | None = None, params: EngineParams | None = None) -> None:
         state = state or {}
@@ -53,11 +56,12 @@ class DetectState:
                                                                                                     EngineParams())
         self.anomalies: dict[str, float] = dict(state.get("anomalies", {}))  # "region|model|signal" -> count
         self.kinds: list[list[str]] = [list(k) for k in state.get("kinds", [])]  # [scope_kind, kind] seen
+        self.notice_kinds: list[list[str]] = [list(k) for k in state.get("notice_kinds", [])]  # [region, kind] seen
         self.start_ns: int | None = state.get("start_ns")
 
     def to_state(self) -> dict[str, Any]:
         return {"engine": self.engine.to_state(), "anomalies": dict(self.anomalies), "kinds": self.kinds,
-                "start_ns": self.start_ns}
+                "notice_kinds": self.notice_kinds, "start_ns": self.start_ns}
 
     def region_statuses(self, records: list[dict[str, Any]]) -> None:
         """Hand the engine each region's latest status (valid records, from ``parse_status``)."""
@@ -75,7 +79,7 @@ class DetectState:
 
     def metrics(self, events: list[dict[str, Any]]) -> bytes | None:
         """Prometheus' view as of the newest window fed (``P.ANOMALY_SCORE``, ``P.ANOMALIES``,
-        ``P.OPEN_INCIDENTS``); None while there is nothing to show."""
+        ``P.OPEN_INCIDENTS``, ``P.HELD_SERIES``); None while there is nothing to show."""
         engine = self.engine
         if engine.current_t is None:
             return None
@@ -92,8 +96,15 @@ class DetectState:
             open_now[kind] = open_now.get(kind, 0) + 1
             if list(kind) not in self.kinds:
                 self.kinds.append(list(kind))
+        held_now: dict[tuple[str, str], int] = {}
+        held_in = Counter(region_of(k) for k in engine.regions.held)
+        for region, notice in engine.regions.notices.items():
+            key = (region, notice["kind"])
+            held_now[key] = held_in[region]
+            if list(key) not in self.notice_kinds:
+                self.notice_kinds.append(list(key))
         active = [(k, d) for k, d in sorted(engine.detectors.items()) if d.active and d.reported]
-        if not (self.anomalies or self.kinds or active):
+        if not (self.anomalies or self.kinds or self.notice_kinds or active):
             return None
         batch = MetricsBatch(JOB)
         for key, n in sorted(self.anomalies.items()):
@@ -107,4 +118,7 @@ class DetectState:
         for scope_kind, kind in self.kinds:  # every kind seen, so a resolved one reads 0, not its last value
             batch.gauge(P.OPEN_INCIDENTS, "{incident}", {P.LABEL_SCOPE_KIND: scope_kind, P.LABEL_KIND: kind},
                         open_now.get((scope_kind, kind), 0), at_ns)
+        for region, kind in self.notice_kinds:  # likewise: a region caught up reads 0
+            batch.gauge(P.HELD_SERIES, "{series}", {P.LABEL_REGION: region, P.LABEL_KIND: kind},
+                        held_now.get((region, kind), 0), at_ns)
         return batch.serialize()

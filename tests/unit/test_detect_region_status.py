@@ -284,3 +284,33 @@ def test_the_job_state_hands_the_statuses_to_the_engine_before_its_windows():
     assert state.engine.regions.status(QUIET) == RS.LINK_DELAYED
     restored = DetectState(state.to_state())
     assert restored.engine.regions.status(QUIET) == RS.LINK_DELAYED
+
+
+def test_the_series_held_under_a_notice_are_a_gauge_that_reads_zero_once_they_resumed():
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    from infersight.schemas import pipeline as P
+
+    def held(metrics: bytes | None) -> dict[tuple[str, str], float]:
+        request = ExportMetricsServiceRequest()
+        request.ParseFromString(metrics or b"")
+        return {(attrs["region"], attrs["kind"]): p.as_int or p.as_double
+                for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+                if m.name == P.HELD_SERIES for p in m.gauge.data_points
+                for attrs in [{a.key: a.value.string_value for a in p.attributes}]}
+
+    state = DetectState()
+    rng = np.random.default_rng(5)
+    seen = []
+    for i in range(HEAL + 5):
+        if i == CUT - 2:
+            state.region_statuses([status(RS.LINK_DELAYED)])
+        rows = [dict(zip(("window_end", "region", "model", "track", "signal", "value"), row, strict=True))
+                for region in REGIONS for row in rows_of(i, region, rng)
+                if not (region == QUIET and CUT <= i < HEAL)]
+        seen.append(held(state.windows(rows)[1]))
+    during = [h for h in seen[CUT:HEAL] if h]
+    assert during and all(h == {(QUIET, "delayed"): 1} for h in during[1:]), during  # its one series, held
+    assert seen[-1] == {(QUIET, "delayed"): 0}  # caught up: 0, not its last value
+    assert not any(seen[:CUT - 2])  # nothing before the delay
+    assert DetectState(state.to_state()).notice_kinds == [[QUIET, "delayed"]]
