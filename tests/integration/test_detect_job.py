@@ -293,6 +293,11 @@ def test_a_silent_region_whose_link_is_delayed_is_a_notice_and_with_its_gateways
         assert (start["event"], start["kind"], start["region"]) == ("start", "delayed", "eu-west-1")
         assert start["summary"].startswith("telemetry from eu-west-1 delayed (link), lag 42 s"), start
         assert end["event"] == "end" and end["resumed"] == 1, end  # the region's windows came again
+        # Prometheus: the region's one series held while the notice was open, then 0 (no other test makes notices)
+        held = f'{P.prom(P.HELD_SERIES)}{{region="eu-west-1", kind="delayed"}}'
+        wait_until(lambda: prom_value(lay.prometheus_url, f"max(max_over_time({held}[2h]))") == 1, 90,
+                   "the held series gauge in Prometheus")
+        assert prom_value(lay.prometheus_url, f"min(min_over_time({held}[2h]))") == 0
         letters = [json.loads(m.value()) for m in read_all(bootstrap, DLQ.name)]
         assert any(d["job"] == JOB and d["reason"] == "region_status_unknown_status"
                    and d["raw_size"] == len(bad) for d in letters)
