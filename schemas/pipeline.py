@@ -71,6 +71,7 @@ SCORE_UNIT, SAMPLES_UNIT, DISTANCE_UNIT, ALARM_UNIT = "{score}", "{evaluation}",
 # --- per-window gauges ---
 WINDOW_REQUESTS = "infersight.window.requests"
 WINDOW_ERROR_RATIO = "infersight.window.error.ratio"
+ROLLUP_REGIONS = "infersight.rollup.regions"
 WINDOW_QUANTILE_SUFFIX = ".quantile"  # e.g. gen_ai.server.time_to_first_token.quantile{quantile="0.99"}
 QUANTILES = (0.5, 0.9, 0.99)
 SKETCH_RELATIVE_ACCURACY = 0.005  # DDSketch: every quantile within 0.5 % of the exact value
@@ -181,6 +182,11 @@ OUTPUTS: tuple[MetricOutput, ...] = (
       for field, (name, _b) in DISTRIBUTIONS.items()),
     MetricOutput(WINDOW_REQUESTS, "gauge", "{request}", _KEY, "Requests that ended in the window.", per_window=True),
     MetricOutput(WINDOW_ERROR_RATIO, "gauge", "1", _KEY, "Failed / all requests in the window.", per_window=True),
+    MetricOutput(ROLLUP_REGIONS, "gauge", "{region}", _KEY,
+                 f"region=\"{GLOBAL_REGION}\" only: how many regions' windows the roll-up's window merged. Fewer "
+                 "than the regions serving: partial (a region delayed); its result arriving later supersedes the "
+                 "window's gauges 1 ms after the window's end (then 2 ms...), with the merged count.",
+                 per_window=True),
     *(MetricOutput(gauge.name, "gauge", gauge.unit, f"{_DEPLOYMENT}, {LABEL_STAT}",
                    f"{metric}: the pods' last values in the window, {', '.join(gauge.stats)}; {_LEVELS}.",
                    per_window=True)

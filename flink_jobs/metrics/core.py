@@ -31,16 +31,19 @@ JOB = "infersight-metrics"
 
 def group_batch(records: list[Any], window_ms: int, watermark_ms: int,
                 rejected: list[tuple[Any, list[str]]] | None = None,
-                fold: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                fold: Callable[[dict[str, Any]], dict[str, Any]] | None = None, catchup_ms: int = 0
                 ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
     """One batch of records -> ``{(series key, window end ms): records}`` and the late ones per series:
-    those whose window has already fired at this watermark (Flink's rule: window end - 1 <= watermark).
+    those whose window has already fired at this watermark (Flink's rule: window end - 1 <= watermark), or,
+    with ``catchup_ms``, those whose window ended more than that before the watermark (a window behind the
+    watermark but within the bound is grouped: a catch-up window, ``functions.WindowGroups``).
     Late records stay grouped too: a backlog arriving late must not become one element (and one metrics
     message) per request. An item that breaks the contract (``record_problems``) is never grouped: it goes
     to ``rejected`` as ``(item, problems)`` (the job dead-letters it). ``fold`` (a ``LabelLimiter``'s) may
     replace a valid record's labels past their cardinality bound by ``_OTHER`` before it is keyed."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late: dict[str, list[dict[str, Any]]] = {}
+    late_after = watermark_ms - catchup_ms
     for record in records:
         problems = record_problems(record)
         if problems:
@@ -50,7 +53,7 @@ def group_batch(records: list[Any], window_ms: int, watermark_ms: int,
         if fold is not None:
             record = fold(record)
         end = window_end_of_ns(record["end_ns"], window_ms)
-        if fired(end, watermark_ms):
+        if fired(end, late_after):
             late.setdefault(series_key(record), []).append(record)
             continue
         key = (series_key(record), end)
@@ -64,12 +67,13 @@ def group_batch(records: list[Any], window_ms: int, watermark_ms: int,
 
 def group_gauges(gauges: list[Any], window_ms: int, watermark_ms: int,
                  rejected: list[tuple[Any, list[str]]] | None = None,
-                 fold: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                 fold: Callable[[dict[str, Any]], dict[str, Any]] | None = None, catchup_ms: int = 0
                  ) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], int]:
     """One batch of pod gauge points -> ``{(deployment key, window end ms): points}``, each point under its
     deployment and that deployment's roll-ups (``keys.deployment_rollups``: its region, everywhere,
-    everything), and how many points were late (their window already fired at this watermark: dropped, as
-    a Flink window drops late elements). A point that breaks the contract (``gauge_problems``: not an object,
+    everything), and how many points were late (their window already fired at this watermark, or ended more
+    than ``catchup_ms`` before it with a catch-up bound, as ``group_batch``: dropped, as a Flink window drops
+    late elements). A point that breaks the contract (``gauge_problems``: not an object,
     a NaN value, a time past int64...) goes to ``rejected`` as ``(item, problems)`` instead."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     late = 0
@@ -84,7 +88,7 @@ def group_gauges(gauges: list[Any], window_ms: int, watermark_ms: int,
         if fold is not None:
             gauge = fold(gauge)
         end = window_end_of_ns(gauge["time_ns"], window_ms)
-        if fired(end, watermark_ms):
+        if fired(end, watermark_ms - catchup_ms):
             late += 1
             continue
         for key in deployment_rollups(deployment_key(gauge)):
@@ -129,12 +133,8 @@ def _add_totals(batch: MetricsBatch, labels: dict[str, str], cumulative: Cumulat
                                         total.total, t0, t)
 
 
-def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: Cumulative) -> bytes:
-    """One window of one series: counters and histograms (cumulative), per-window gauges and quantiles."""
-    labels = labels_of(key)
-    batch = MetricsBatch(JOB)
-    t = window_end_ns
-    _add_totals(batch, labels, cumulative, t)
+def _add_window(batch: MetricsBatch, labels: dict[str, str], stats: WindowStats, t: int,
+                regions: int | None) -> None:
     batch.gauge(P.WINDOW_REQUESTS, "{request}", labels, stats.requests, t)
     if stats.requests:
         batch.gauge(P.WINDOW_ERROR_RATIO, "1", labels, stats.error_count / stats.requests, t)
@@ -144,6 +144,28 @@ def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: 
             value = dist.quantile(q)
             if value is not None:
                 batch.gauge(name + P.WINDOW_QUANTILE_SUFFIX, "s", {**labels, P.LABEL_QUANTILE: str(q)}, value, t)
+    if regions is not None:
+        batch.gauge(P.ROLLUP_REGIONS, "{region}", labels, regions, t)
+
+
+def encode_window(key: str, window_end_ns: int, stats: WindowStats, cumulative: Cumulative,
+                  regions: int | None = None) -> bytes:
+    """One window of one series: counters and histograms (cumulative), per-window gauges and quantiles; for a
+    roll-up, ``regions``: how many regions' windows it merged (``P.ROLLUP_REGIONS``)."""
+    labels = labels_of(key)
+    batch = MetricsBatch(JOB)
+    _add_totals(batch, labels, cumulative, window_end_ns)
+    _add_window(batch, labels, stats, window_end_ns, regions)
+    return batch.serialize()
+
+
+def encode_window_gauges(key: str, time_ns: int, stats: WindowStats, regions: int | None = None) -> bytes:
+    """A window's per-window gauges and quantiles alone, no counters: a roll-up window superseded by a late
+    region's result, stamped just after the window's end (``functions.RollupWindows``). Counters at that old
+    time would step back from the series' newer points; the late region's counts join the running totals."""
+    labels = labels_of(key)
+    batch = MetricsBatch(JOB)
+    _add_window(batch, labels, stats, time_ns, regions)
     return batch.serialize()
 
 

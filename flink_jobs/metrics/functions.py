@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pyflink.common import Types
+from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import KeyedProcessFunction, ProcessFunction, ProcessWindowFunction
 from pyflink.datastream.functions import AggregateFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
@@ -23,8 +24,10 @@ from infersight.flink_jobs.common.keys import (
     timed_key,
 )
 from infersight.flink_jobs.common.state_ttl import expiring as _expiring  # the states of series that stopped expire
+from infersight.flink_jobs.common.windows import fired
 from infersight.flink_jobs.metrics import client_join, core
 from infersight.flink_jobs.metrics.window_stats import Cumulative, WindowStats, fact_of, window_of
+from infersight.schemas.records import dump_batch, parse_batch
 from infersight.schemas.topics import PODS, REQUESTS
 from infersight.schemas.units import MS, NS
 
@@ -54,14 +57,17 @@ class _Folding:
 class PreAggregate(ProcessFunction):
     """A batch of records (one ``infersight.requests`` message) -> one ``(timed_key(series, window end), window end
     ms, facts)`` per series and window in it (``fact_of``: only what the window needs); records whose
-    window has fired go to the late output whole, as ``(series key, None, records)`` per series. One
-    Flink element per group instead of one per request is what makes the job fast: PyFlink's cost is
-    per element."""
+    window ended more than ``catchup_ms`` before the watermark go to the late output whole, as ``(series key,
+    None, records)`` per series. A group whose window is behind the watermark but within the bound (a delayed
+    region's backlog) is a catch-up group: it also carries its records (JSON, cheap to carry) for the late
+    output in case ``WindowGroups`` finds its window already fired. One Flink element per group instead of one
+    per request is what makes the job fast: PyFlink's cost is per element."""
 
     def __init__(self, window_ms: int, late_tag: Any, dlq_tag: Any, limits: dict[str, int] | None = None,
-                 span_ms: int = DEFAULT_SPAN_MS, topic: str = REQUESTS.name) -> None:
+                 span_ms: int = DEFAULT_SPAN_MS, topic: str = REQUESTS.name, catchup_ms: int = 0) -> None:
         self.window_ms, self.late_tag, self.dlq_tag = window_ms, late_tag, dlq_tag
         self.limits, self.span_ms, self.topic = limits, span_ms, topic  # topic: the dead letters' source
+        self.catchup_ms = catchup_ms
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group()
@@ -74,8 +80,11 @@ class PreAggregate(ProcessFunction):
         letters: list[str] = []
         records = core.read_batch(value, self.topic, letters)
         rejected: list = []
-        groups, late = core.group_batch(records, self.window_ms, ctx.timer_service().current_watermark(), rejected,
-                                        self.limiter.folder(ctx.timer_service().current_processing_time()))
+        watermark = ctx.timer_service().current_watermark()
+        catchup_ms = getattr(self, "catchup_ms", 0)  # 0: a job pickled before catch-up windows
+        groups, late = core.group_batch(records, self.window_ms, watermark, rejected,
+                                        self.limiter.folder(ctx.timer_service().current_processing_time()),
+                                        catchup_ms)
         self.limiter.count()
         letters += core.dead_letters(rejected, self.topic)
         self.records.inc(len(records) - len(rejected))
@@ -86,20 +95,24 @@ class PreAggregate(ProcessFunction):
         for key, group in late.items():
             yield self.late_tag, (key, None, group)
         for (key, end_ms), group in groups.items():
-            yield timed_key(key, end_ms), end_ms, [fact_of(record) for record in group]
+            if catchup_ms and fired(end_ms, watermark):  # a catch-up group: its records ride along for the late path
+                yield timed_key(key, end_ms), end_ms, [fact_of(record) for record in group], dump_batch(group)
+            else:
+                yield timed_key(key, end_ms), end_ms, [fact_of(record) for record in group]
 
 
 class PreAggregatePods(ProcessFunction):
     """A batch of pod gauge points (one ``infersight.pods`` message) -> one ``(timed_key(deployment, window end),
     window end ms, [PodWindow])`` per deployment (and roll-up: ``core.group_gauges``) and window in it. Points
     whose window has fired are dropped (as a Flink window drops late elements) and counted in the
-    ``late_gauges`` metric. Per batch, not per point: ~1,500 points/s at 10,000 requests/s; each group leaves
-    reduced to its pods' last values."""
+    ``late_gauges`` metric; with ``catchup_ms``, only those whose window ended more than that before the
+    watermark: the others are catch-up groups, as ``PreAggregate``'s. Per batch, not per point: ~1,500 points/s
+    at 10,000 requests/s; each group leaves reduced to its pods' last values."""
 
     def __init__(self, window_ms: int, dlq_tag: Any, limits: dict[str, int] | None = None,
-                 span_ms: int = DEFAULT_SPAN_MS, topic: str = PODS.name) -> None:
+                 span_ms: int = DEFAULT_SPAN_MS, topic: str = PODS.name, catchup_ms: int = 0) -> None:
         self.window_ms, self.dlq_tag, self.limits, self.span_ms = window_ms, dlq_tag, limits, span_ms
-        self.topic = topic
+        self.topic, self.catchup_ms = topic, catchup_ms
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group()
@@ -113,7 +126,8 @@ class PreAggregatePods(ProcessFunction):
         rejected: list = []
         groups, late = core.group_gauges(core.read_batch(value, self.topic, letters), self.window_ms,
                                          ctx.timer_service().current_watermark(), rejected,
-                                         self.limiter.folder(ctx.timer_service().current_processing_time()))
+                                         self.limiter.folder(ctx.timer_service().current_processing_time()),
+                                         getattr(self, "catchup_ms", 0))
         self.limiter.count()
         letters += core.dead_letters(rejected, self.topic)
         if letters:
@@ -126,28 +140,132 @@ class PreAggregatePods(ProcessFunction):
             yield timed_key(key, end_ms), end_ms, [core.PodWindow.of(points)]
 
 
+_FIRED = -1  # WindowGroups' status of a window that has fired (else: None, or a catch-up timer's deadline, ms)
+
+
 class WindowGroups(KeyedProcessFunction):
     """Per (key, window): the groups (lists) in list state until the watermark passes the window's end,
     then ``(key, window end ns, reduce(every item))`` stamped with the window's last millisecond (as a
     Flink window's result is). For requests the items are facts and ``reduce`` builds the WindowStats:
     keeping facts rather than an incremental aggregate, because updating a sketch accumulator in state
-    re-pickles five sketches (~20 KB) per update."""
+    re-pickles five sketches (~20 KB) per update.
 
-    def __init__(self, reduce: Callable[[Iterable[Any]], Any]) -> None:
+    Catch-up windows (``catchup_quiet_ms`` > 0): a key whose window is already behind the watermark when a group
+    arrives (a delayed region's backlog, let through by ``PreAggregate``'s bound) fires on a processing-time
+    timer ``catchup_quiet_ms`` after its *last* group (re-armed per group): a backlog drains in event-time
+    order, so once a window's groups stop coming it is complete. Such a result carries no event timestamp (see
+    ``job``: it is kept out of event-time windows). A fired key remembers it (state expiring after
+    ``catchup_ttl_s``) and sends any further group to ``late_tag`` as ``(series key, None, records)`` (requests:
+    a catch-up group carries its records), or, without ``late_tag`` (pods), counts it in ``late_groups`` and
+    drops it: never a second result for one key and window. A catch-up result leaves on ``catchup_tag`` (same
+    shape; counted in ``catchup_windows``): it has no event timestamp of its window (a processing-time
+    timer's), so the job keeps it out of event-time windows and stamps it where a timestamp matters. On-time
+    keys (ahead of the watermark) take the path they always did, touching no other state until they fire."""
+
+    def __init__(self, reduce: Callable[[Iterable[Any]], Any], catchup_quiet_ms: int = 0, catchup_ttl_s: float = 0.0,
+                 late_tag: Any = None, catchup_tag: Any = None) -> None:
         self.reduce = reduce
+        self.catchup_quiet_ms, self.catchup_ttl_s, self.late_tag = catchup_quiet_ms, catchup_ttl_s, late_tag
+        self.catchup_tag = catchup_tag
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.groups = runtime_context.get_list_state(ListStateDescriptor("groups", Types.PICKLED_BYTE_ARRAY()))
+        self.catchup = getattr(self, "catchup_quiet_ms", 0) > 0  # off: a job pickled before catch-up windows
+        if self.catchup:
+            self.status = runtime_context.get_state(_expiring(
+                ValueStateDescriptor("window-status", Types.PICKLED_BYTE_ARRAY()), self.catchup_ttl_s))
+            group = runtime_context.get_metrics_group()
+            self.late_groups, self.catchup_windows = group.counter("late_groups"), group.counter("catchup_windows")
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        timers = ctx.timer_service()
+        if not self.catchup or value[1] - 1 > timers.current_watermark():  # on time: an event-time timer
+            self.groups.add(value[2])
+            timers.register_event_time_timer(value[1] - 1)
+            return
+        status = self.status.value()
+        if status == _FIRED:  # its result is out: these records are late
+            self.late_groups.inc()
+            if self.late_tag is not None and len(value) > 3:
+                yield self.late_tag, (split_timed_key(value[0])[0], None, parse_batch(value[3]))
+            return
+        if status is not None:
+            timers.delete_processing_time_timer(status)
+        deadline = timers.current_processing_time() + self.catchup_quiet_ms
+        timers.register_processing_time_timer(deadline)
+        self.status.update(deadline)
         self.groups.add(value[2])
-        ctx.timer_service().register_event_time_timer(value[1] - 1)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        status = None
+        if self.catchup:
+            status = self.status.value()
+            if status is not None and status != timestamp:  # fired already, or a catch-up timer re-armed since
+                return
+            self.status.update(_FIRED)
         key, end_ms = split_timed_key(ctx.get_current_key())
         result = self.reduce(item for group in (self.groups.get() or ()) for item in group)
         self.groups.clear()
-        yield key, end_ms * MS, result
+        if status is None:  # an on-time window: its event-time timer stamps it
+            yield key, end_ms * MS, result
+        else:
+            self.catchup_windows.inc()
+            yield self.catchup_tag, (key, end_ms * MS, result)
+
+
+class RollupWindows(KeyedProcessFunction):
+    """The roll-up over regions, keyed by ``global_window_key`` (the global series and window end): regional
+    results ``(key, end ns, WindowStats)`` merged per window. On time (ahead of the watermark) it fires on an
+    event-time timer at the window's last millisecond, as the Flink window it replaces did, with how many
+    regions it merged: ``(global key, end ns, merged, regions)``. A regional result behind the watermark (a
+    delayed region's catch-up window) never vanishes, as a Flink window's late element would:
+
+    - if the window has fired, it supersedes it: ``(global key, stamp ns, merged, regions, its own stats)``,
+      stamped ``n`` ms after the window's end for the ``n``-th supersession (Prometheus never gets two values for
+      one series and timestamp; ``CumulateSeries`` adds its own stats to the running totals, as late records,
+      and writes the merged per-window gauges at the stamp, no counters);
+    - if it never fired (every region of that series delayed), it fires now, as the window's first result.
+
+    The merged window is kept ``catchup_ttl_s`` (processing time) after it fired, so a delayed region's result
+    can still merge; with ``catchup_ttl_s`` 0 (no catch-up) it is dropped when it fires."""
+
+    def __init__(self, catchup_ttl_s: float = 0.0) -> None:
+        self.catchup_ttl_s = catchup_ttl_s
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        # (merged WindowStats, regions merged, results emitted so far)
+        self.window = runtime_context.get_state(_expiring(
+            ValueStateDescriptor("rollup", Types.PICKLED_BYTE_ARRAY()), self.catchup_ttl_s))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        key, end_ns, stats = value[:3]
+        merged, regions, emitted = self.window.value() or (WindowStats(), (), 0)
+        merged.merge(stats)
+        region = region_of(key)
+        if region not in regions:
+            regions = (*regions, region)
+        timers = ctx.timer_service()
+        if not emitted and end_ns // MS - 1 > timers.current_watermark():  # on time
+            self.window.update((merged, regions, 0))
+            timers.register_event_time_timer(end_ns // MS - 1)
+            return
+        self.window.update((merged, regions, emitted + 1))
+        if emitted:
+            yield global_key(key), end_ns + emitted * MS, merged, len(regions), stats
+        else:
+            yield global_key(key), end_ns, merged, len(regions)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        state = self.window.value()
+        if state is None or state[2]:  # expired, or fired already
+            return
+        merged, regions, _emitted = state
+        if self.catchup_ttl_s > 0:
+            self.window.update((merged, regions, 1))
+        else:
+            self.window.clear()
+        key, end_ms = split_timed_key(ctx.get_current_key())
+        yield key, end_ms * MS, merged, len(regions)
 
 
 class MergeAggregate(AggregateFunction):
@@ -180,7 +298,14 @@ class CumulateSeries(KeyedProcessFunction):
     every request, only the per-window gauges and quantiles miss the late ones. The series' next window
     shows them; when none comes within ``flush_windows`` windows (processing time: the series stopped), a
     batch of the totals alone does, stamped 1 ms after the series' last batch (Prometheus takes a series'
-    samples only in time order, and the next window, if one comes after all, ends later still)."""
+    samples only in time order, and the next window, if one comes after all, ends later still).
+
+    A window whose end is not after the series' last stamp (a catch-up window behind a newer one) is handled
+    as late records: a point at an older time would step the counters back. A delayed region's series had
+    nothing after the cut, so its catch-up windows come after its last stamp, in order, and are written as
+    windows at their own (past) times. Roll-up windows (``RollupWindows``) carry how many regions they merged
+    (``P.ROLLUP_REGIONS``); a superseding one (five fields) adds its late region's stats to the totals and
+    writes the merged window's gauges alone at its own stamp."""
 
     def __init__(self, window_ns: int, flush_windows: int = 2, ttl_s: float = 0.0) -> None:
         self.window_ns, self.ttl_s = window_ns, ttl_s
@@ -193,22 +318,34 @@ class CumulateSeries(KeyedProcessFunction):
         self.shown = runtime_context.get_state(
             _expiring(ValueStateDescriptor("shown", Types.PICKLED_BYTE_ARRAY()), self.ttl_s))
 
+    def _join_totals(self, stats: WindowStats, first_end_ns: int, ctx: Any) -> None:
+        """Late data into the running totals, shown with the series' next window or a flush."""
+        totals = self.totals.value() or Cumulative(first_end_ns // self.window_ns * self.window_ns)
+        self.totals.update(totals.add_window(stats))
+        last_ns, pending = self.shown.value() or (None, False)
+        if not pending:  # one flush timer however many late batches come
+            timers = ctx.timer_service()
+            timers.register_processing_time_timer(timers.current_processing_time() + self.flush_ms)
+            self.shown.update((last_ns, True))
+
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         key, end_ns, stats = value[:3]
         if end_ns is None:  # a late record: into the running totals, shown with the series' next window
-            totals = self.totals.value() or Cumulative(value[3] // self.window_ns * self.window_ns)
-            self.totals.update(totals.add_window(stats))
-            last_ns, pending = self.shown.value() or (None, False)
-            if not pending:  # one flush timer however many late batches come
-                timers = ctx.timer_service()
-                timers.register_processing_time_timer(timers.current_processing_time() + self.flush_ms)
-                self.shown.update((last_ns, True))
+            self._join_totals(stats, value[3], ctx)
+            return
+        if len(value) > 4:  # a roll-up window superseded: the late region's part to the totals, the gauges now
+            self._join_totals(value[4], end_ns - self.window_ns, ctx)
+            yield core.encode_window_gauges(key, end_ns, stats, value[3])
+            return
+        shown = self.shown.value()
+        if shown is not None and shown[0] is not None and end_ns <= shown[0]:  # behind the series' last point
+            self._join_totals(stats, end_ns - self.window_ns, ctx)
             return
         totals = self.totals.value() or Cumulative(end_ns - self.window_ns)
         totals.add_window(stats)
         self.totals.update(totals)
         self.shown.update((end_ns, False))
-        yield core.encode_window(key, end_ns, stats, totals)
+        yield core.encode_window(key, end_ns, stats, totals, value[3] if len(value) > 3 else None)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
         last_ns, pending = self.shown.value() or (None, False)
@@ -222,7 +359,10 @@ class CumulateSeries(KeyedProcessFunction):
 
 class CumulatePods(KeyedProcessFunction):
     """Per deployment (or roll-up): pod gauge stats and cumulative cost; also emits ("cost", key, $) for unit
-    cost."""
+    cost. A catch-up window (``(key, end ns, pods, True)``: ``catchup``) has no event timestamp in its window,
+    so its cost stays out of the unit-cost window (``WindowGroups`` counts such windows); one whose end is not
+    after the deployment's last point only adds its cost to the totals (shown with the next window), as
+    ``CumulateSeries`` does: a point at an older time would step the counters back."""
 
     def __init__(self, window_ns: int, pricing: core.Pricing, ttl_s: float = 0.0) -> None:
         self.window_ns, self.pricing, self.ttl_s = window_ns, pricing, ttl_s
@@ -232,16 +372,21 @@ class CumulatePods(KeyedProcessFunction):
             _expiring(ValueStateDescriptor("cost", Types.PICKLED_BYTE_ARRAY()), self.ttl_s))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
-        key, end_ns, pods = value
+        key, end_ns, pods = value[:3]
         totals = self.totals.value() or {"gpu_seconds": 0.0, "cost_usd": 0.0, "idle_usd": 0.0,
                                          "start_ns": end_ns - self.window_ns}
         gpu_s, cost, idle = pods.cost(self.window_ns / NS, self.pricing)
         totals["gpu_seconds"] += gpu_s
         totals["cost_usd"] += cost
         totals["idle_usd"] += idle
+        in_order = end_ns > totals.get("last_ns", end_ns - 1)
+        if in_order:
+            totals["last_ns"] = end_ns
         self.totals.update(totals)
-        yield "metrics", key, core.encode_pods(key, end_ns, pods, totals, totals["start_ns"])
-        yield "cost", key, cost
+        if in_order:
+            yield "metrics", key, core.encode_pods(key, end_ns, pods, totals, totals["start_ns"])
+        if len(value) == 3:  # not a catch-up window: its cost joins the unit-cost window
+            yield "cost", key, cost
 
 
 class UnitCost(ProcessWindowFunction):
@@ -298,6 +443,39 @@ def output_tokens(t: Any):
     tokens = float(t[2].tokens["output"])
     for key in deployment_rollups(deployment_of_series(t[0])):
         yield "tokens", key, tokens
+
+
+class CountLateTokens(ProcessFunction):
+    """Catch-up regional windows -> nothing, their output tokens counted (``late_unit_cost_tokens``): the
+    unit-cost window (event time) cannot place a result without its window's timestamp, so unit cost leaves
+    a delayed region's tokens out, counted rather than silently dropped. Its output (none) joins a sink only so
+    the operator is part of the job."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.tokens = runtime_context.get_metrics_group().counter("late_unit_cost_tokens")
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context):
+        self.tokens.inc(int(value[2].tokens["output"]))
+        yield from ()
+
+
+class WindowEndStamp(TimestampAssigner):
+    """A window result's event timestamp: its window's last millisecond, what an on-time result carries from its
+    event-time timer; for catch-up results on their way to a Kafka topic whose readers take the record timestamp
+    as event time (window stats: the detect job's watermarks)."""
+
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return value[1] // MS - 1
+
+
+def global_window_key(t: Any) -> str:
+    """A regional window result's roll-up key: the global series and the window's end (``RollupWindows``)."""
+    return timed_key(global_key(t[0]), t[1] // MS)
+
+
+def catchup_marked(t: Any) -> Any:
+    """A catch-up pod window ``(key, end ns, pods)`` -> ``(key, end ns, pods, True)`` for ``CumulatePods``."""
+    return (*t, True)
 
 
 def late_series(t: Any):

@@ -3,7 +3,11 @@
 Event time is the request's end. Tumbling windows (10 s default) keyed by region, model, model version,
 track and engine; a roll-up over regions (``region="global"``) merges the regional windows' buckets
 and sketches. Watermarks allow bounded out-of-orderness; idle partitions are marked idle so they do
-not hold windows back; records later than that go to ``infersight.late``, are counted in
+not hold windows back. A delayed region's backlog (its link was cut; the others moved event time on) still
+lands in its own windows up to ``--catchup-s`` (15 min) behind the watermark: catch-up windows, fired once
+its records for them stop coming (``--catchup-quiet-s``); the global roll-up's windows it missed are
+superseded, their first result marked partial by ``infersight.rollup.regions``. Records later than that, or
+arriving after their catch-up window fired, go to ``infersight.late``, are counted in
 ``infersight.late.records`` and join their series' counters and cumulative histograms (not the
 per-window gauges and quantiles), so totals stay complete through outages that delay data.
 Pod gauges and cost (from a pricing file) roll up per deployment (region, model, model version, track), per
@@ -27,6 +31,8 @@ from infersight.schemas.topics import CLIENT_CALLS, DLQ, LATE, METRICS, PODS, RE
 from infersight.schemas.units import MS
 
 JOB = core.JOB
+CATCHUP_S = 900.0  # how far behind the watermark a delayed region's window may end and still be its own window
+CATCHUP_QUIET_S = 5.0  # a catch-up window fires this long after its last group (normalize commits every 1 s)
 
 
 def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s: float, idle_s: float,
@@ -35,7 +41,8 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
           requests_topic: str = REQUESTS.name, pods_topic: str = PODS.name,
           window_stats_topic: str = WINDOW_STATS.name, start_ms: int | None = None,
           client_calls_topic: str = CLIENT_CALLS.name, client_timeout_s: float = client_join.DEFAULT_TIMEOUT_S,
-          client_tolerance_s: float = client_join.DEFAULT_TOLERANCE_S) -> None:
+          client_tolerance_s: float = client_join.DEFAULT_TOLERANCE_S, catchup_s: float = CATCHUP_S,
+          catchup_quiet_s: float = CATCHUP_QUIET_S) -> None:
     from pyflink.common import Time, Types, WatermarkStrategy
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -49,6 +56,10 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     window_ms = int(window_s * 1000)
     span_ms = int(label_span_s * 1000)
     window_ns = window_ms * MS
+    catchup_ms = int(catchup_s * 1000)
+    # catch-up windows (a delayed region's backlog within the bound): fired by processing time once quiet; the
+    # state remembering fired windows (and the roll-up's merged windows) lasts as long as the bound
+    quiet_ms, catchup_ttl_s = (int(catchup_quiet_s * 1000), catchup_s) if catchup_ms > 0 else (0, 0.0)
     def windows():  # a fresh assigner per window: a used one holds an unpicklable Java handle
         return TumblingEventTimeWindows.of(Time.milliseconds(window_ms))
 
@@ -59,24 +70,30 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
         return env.from_source(kafka_source(brokers, topic, f"{group_id}-{name}", start_ms=start_ms),
                                event_time(out_of_orderness_s, idle_s, quiet_s), name)
 
-    # ---- requests: regional windows, roll-up, cumulative series ----
+    # ---- requests: regional windows (on time, or catch-up: a delayed region's), roll-up, cumulative series ----
     late_tag = OutputTag("late", pickled())
     dlq_tag = OutputTag("dlq", Types.STRING())  # what cannot be parsed or validated, as DLQ records
+    catchup_tag = OutputTag("catchup", pickled())
     groups = (source(requests_topic, "requests")
               .process(F.PreAggregate(window_ms, OutputTag("late", pickled()), OutputTag("dlq", Types.STRING()),
-                                      limits_of(max_label_values, REQUEST_LABELS), span_ms, requests_topic),
+                                      limits_of(max_label_values, REQUEST_LABELS), span_ms, requests_topic,
+                                      catchup_ms),
                        output_type=pickled())
               .name("pre-aggregate"))
-    regional = (groups.key_by(F.first, key_type=Types.STRING())
-                .process(F.WindowGroups(window_of_facts), output_type=pickled()).name("regional-windows"))
-    rollup = (regional.key_by(F.global_key_of, key_type=Types.STRING()).window(windows())
-              .aggregate(F.MergeAggregate(), F.WithWindowEnd(), accumulator_type=pickled(), output_type=pickled())
-              .name("global-rollup"))
+    on_time = (groups.key_by(F.first, key_type=Types.STRING())
+               .process(F.WindowGroups(window_of_facts, quiet_ms, catchup_ttl_s, OutputTag("late", pickled()),
+                                       OutputTag("catchup", pickled())), output_type=pickled())
+               .name("regional-windows"))
+    catchup = on_time.get_side_output(catchup_tag)  # no event timestamp of their windows: kept out of Flink windows
+    regional = on_time.union(catchup)
+    rollup = (regional.key_by(F.global_window_key, key_type=Types.STRING())
+              .process(F.RollupWindows(catchup_ttl_s), output_type=pickled()).name("global-rollup"))
     def byte_array():
         return Types.PRIMITIVE_ARRAY(Types.BYTE())
 
-    # ---- late records: to their topic, counted, and into the series' running totals ----
-    late = groups.get_side_output(late_tag)
+    # ---- late records (beyond the catch-up bound, or after their window fired): to their topic, counted, and
+    # into the series' running totals ----
+    late = groups.get_side_output(late_tag).union(on_time.get_side_output(late_tag))
     late_totals = late.flat_map(F.late_series, output_type=pickled()).name("late-totals")
     series_out = (regional.union(rollup, late_totals).key_by(F.first, key_type=Types.STRING())
                   .process(F.CumulateSeries(window_ns, ttl_s=state_ttl_s), output_type=byte_array())
@@ -90,18 +107,25 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     # ---- pods: roll-ups per deployment, region and everywhere, and cost; unit cost joins cost with output tokens ----
     pods = (source(pods_topic, "pods")
             .process(F.PreAggregatePods(window_ms, OutputTag("dlq", Types.STRING()),
-                                        limits_of(max_label_values, GAUGE_LABELS), span_ms, pods_topic),
+                                        limits_of(max_label_values, GAUGE_LABELS), span_ms, pods_topic, catchup_ms),
                      output_type=pickled()).name("parse-pods"))
-    pod_windows = (pods.key_by(F.first, key_type=Types.STRING())
-                   .process(F.WindowGroups(core.merged_pod_windows), output_type=pickled()).name("pod-windows"))
-    pod_results = (pod_windows.key_by(F.first, key_type=Types.STRING())
+    pod_on_time = (pods.key_by(F.first, key_type=Types.STRING())
+                   .process(F.WindowGroups(core.merged_pod_windows, quiet_ms, catchup_ttl_s,
+                                           catchup_tag=OutputTag("catchup", pickled())), output_type=pickled())
+                   .name("pod-windows"))
+    pod_catchup = pod_on_time.get_side_output(catchup_tag)
+    pod_results = (pod_on_time.union(pod_catchup.map(F.catchup_marked, output_type=pickled()))
+                   .key_by(F.first, key_type=Types.STRING())
                    .process(F.CumulatePods(window_ns, pricing, state_ttl_s), output_type=pickled()).name("pod-metrics"))
     pod_out = pod_results.filter(F.is_metrics).map(F.third, output_type=byte_array())
-    tokens = regional.flat_map(F.output_tokens, output_type=pickled())
+    # unit cost is a Flink window (event time): on-time windows only; a catch-up window's cost and tokens are
+    # counted (pod-windows' catchup_windows, late_unit_cost_tokens), never placed in a wrong window
+    tokens = on_time.flat_map(F.output_tokens, output_type=pickled())
     costs = pod_results.filter(F.is_cost)
     unit_out = (costs.union(tokens).key_by(F.second, key_type=Types.STRING()).window(windows())
                 .aggregate(F.SumPair(), F.UnitCost(), accumulator_type=pickled(), output_type=byte_array())
                 .name("unit-cost"))
+    late_tokens = catchup.process(F.CountLateTokens(), output_type=byte_array()).name("late-unit-cost-tokens")
 
     # ---- the client's TTFT (issue #22): client and server halves joined per trace, totals per region and model ----
     halves = (env.from_source(kafka_source(brokers, client_calls_topic, f"{group_id}-client-calls", start_ms=start_ms),
@@ -120,12 +144,17 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
      .sink_to(kafka_sink(brokers, DLQ.name, group_id, exactly_once=exactly_once)).name(DLQ.name))
 
     # ---- window stats for the detect job: one record per series (and deployment) and window ----
-    (regional.union(pod_windows).flat_map(F.WindowStatsRecords(window_s), output_type=Types.STRING())
+    # (their Kafka timestamps are the detect job's event time: a catch-up window is stamped with its window's end,
+    # as an on-time one is by its event-time timer; no watermarks needed past this point, a sink)
+    stamped_catchup = catchup.union(pod_catchup).assign_timestamps_and_watermarks(
+        WatermarkStrategy.no_watermarks().with_timestamp_assigner(F.WindowEndStamp()))
+    (on_time.union(pod_on_time, stamped_catchup)
+     .flat_map(F.WindowStatsRecords(window_s), output_type=Types.STRING())
      .name("window-stats").sink_to(kafka_sink(brokers, window_stats_topic, group_id, exactly_once=exactly_once))
      .name(WINDOW_STATS.name))
 
     metrics_sink = kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once)
-    series_out.union(late_out, pod_out, unit_out, client_out).sink_to(metrics_sink).name(METRICS.name)
+    series_out.union(late_out, pod_out, unit_out, client_out, late_tokens).sink_to(metrics_sink).name(METRICS.name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,6 +174,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-s", type=float, default=30.0,
                         help="a source partition silent this long is idle (keep it above the checkpoint interval: "
                              "read_committed readers get each transaction's records at once, at checkpoints)")
+    parser.add_argument("--catchup-s", type=float, default=CATCHUP_S,
+                        help="catch-up bound (issue #25 item 3): a request whose window ended behind the watermark "
+                             "by at most this much (a delayed region's backlog: its link was cut, the other regions "
+                             "moved event time on) still counts in its own window, fired --catchup-quiet-s after "
+                             "its last records arrive; the regional window, the global roll-up (superseded, see "
+                             "infersight.rollup.regions) and the window stats get it. Older ones are late "
+                             "(infersight.late, counted). Keep Prometheus' out_of_order_time_window above it. "
+                             "0: no catch-up (every record behind the watermark is late)")
+    parser.add_argument("--catchup-quiet-s", type=float, default=CATCHUP_QUIET_S,
+                        help="a catch-up window fires once no records came for it this long (processing time); keep "
+                             "it above the upstream commit interval (normalize's checkpoints): records arriving "
+                             "after it fired are late")
     parser.add_argument("--max-label-values", default="",
                         help="cardinality bound: distinct values a label may take within --label-span-s before "
                              "further ones fold into _OTHER (counted per label in the folded_<label> Flink "
@@ -185,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
           label_span_s=args.label_span_s, quiet_s=args.quiet_s, state_ttl_s=args.state_ttl_s,
           requests_topic=args.requests_topic, pods_topic=args.pods_topic, window_stats_topic=args.window_stats_topic,
           start_ms=args.start_ms, client_calls_topic=args.client_calls_topic,
-          client_timeout_s=args.client_join_timeout_s, client_tolerance_s=args.client_join_tolerance_s)
+          client_timeout_s=args.client_join_timeout_s, client_tolerance_s=args.client_join_tolerance_s,
+          catchup_s=args.catchup_s, catchup_quiet_s=args.catchup_quiet_s)
     env.execute(JOB)
 
 
