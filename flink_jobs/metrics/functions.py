@@ -4,7 +4,9 @@ module so Flink pickles them by reference: the job module runs as ``__main__`` u
 from __future__ import annotations
 
 import json
+import pickle
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -227,19 +229,23 @@ class RollupWindows(KeyedProcessFunction):
     - if it never fired (every region of that series delayed), it fires now, as the window's first result.
 
     The merged window is kept ``catchup_ttl_s`` (processing time) after it fired, so a delayed region's result
-    can still merge; with ``catchup_ttl_s`` 0 (no catch-up) it is dropped when it fires."""
+    can still merge, compressed (~32 KB pickled with its sketches at 1,000 requests, ~7 KB compressed: every
+    global series keeps a bound's worth of windows); with ``catchup_ttl_s`` 0 (no catch-up) it is dropped when
+    it fires."""
 
     def __init__(self, catchup_ttl_s: float = 0.0) -> None:
         self.catchup_ttl_s = catchup_ttl_s
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        # (merged WindowStats, regions merged, results emitted so far)
+        # (merged WindowStats, regions merged, results emitted so far); once emitted, the merged window compressed
         self.window = runtime_context.get_state(_expiring(
             ValueStateDescriptor("rollup", Types.PICKLED_BYTE_ARRAY()), self.catchup_ttl_s))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         key, end_ns, stats = value[:3]
         merged, regions, emitted = self.window.value() or (WindowStats(), (), 0)
+        if emitted:
+            merged = _unpack(merged)
         merged.merge(stats)
         region = region_of(key)
         if region not in regions:
@@ -249,7 +255,7 @@ class RollupWindows(KeyedProcessFunction):
             self.window.update((merged, regions, 0))
             timers.register_event_time_timer(end_ns // MS - 1)
             return
-        self.window.update((merged, regions, emitted + 1))
+        self.window.update((_pack(merged), regions, emitted + 1))
         if emitted:
             yield global_key(key), end_ns + emitted * MS, merged, len(regions), stats
         else:
@@ -261,11 +267,19 @@ class RollupWindows(KeyedProcessFunction):
             return
         merged, regions, _emitted = state
         if self.catchup_ttl_s > 0:
-            self.window.update((merged, regions, 1))
+            self.window.update((_pack(merged), regions, 1))
         else:
             self.window.clear()
         key, end_ms = split_timed_key(ctx.get_current_key())
         yield key, end_ms * MS, merged, len(regions)
+
+
+def _pack(stats: WindowStats) -> bytes:
+    return zlib.compress(pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL), 1)  # ~0.15 ms, once per window
+
+
+def _unpack(packed: bytes) -> WindowStats:
+    return pickle.loads(zlib.decompress(packed))
 
 
 class MergeAggregate(AggregateFunction):
