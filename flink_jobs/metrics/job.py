@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="a source partition silent this long is idle (keep it above the checkpoint interval: "
                              "read_committed readers get each transaction's records at once, at checkpoints)")
     parser.add_argument("--catchup-s", type=float, default=CATCHUP_S,
-                        help="catch-up bound (issue #25 item 3): a request whose window ended behind the watermark "
+                        help="catch-up bound, default %(default)s s (issue #25 item 3): a request whose window "
+                             "ended behind the watermark "
                              "by at most this much (a delayed region's backlog: its link was cut, the other regions "
                              "moved event time on) still counts in its own window, fired --catchup-quiet-s after "
                              "its last records arrive; the regional window, the global roll-up (superseded, see "
@@ -183,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
                              "(infersight.late, counted). Keep Prometheus' out_of_order_time_window above it. "
                              "0: no catch-up (every record behind the watermark is late)")
     parser.add_argument("--catchup-quiet-s", type=float, default=CATCHUP_QUIET_S,
-                        help="a catch-up window fires once no records came for it this long (processing time); keep "
+                        help="a catch-up window fires once no records came for it this long (processing time, "
+                             "default %(default)s s); keep "
                              "it above the upstream commit interval (normalize's checkpoints): records arriving "
                              "after it fired are late")
     parser.add_argument("--max-label-values", default="",
