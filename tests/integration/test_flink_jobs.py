@@ -18,6 +18,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from infersight.flink_jobs.archive.core import read_archive
 from infersight.flink_jobs.common import keys
 from infersight.flink_jobs.common.kafka_io import QUIET_S
+from infersight.flink_jobs.metrics.job import CATCHUP_S
 from infersight.flink_jobs.metrics.window_stats import distribution_values, exponential_index
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
@@ -280,10 +281,12 @@ def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals_when_
     # any partition, and one that keeps getting only old records holds the watermark back (it is
     # never idle). So every poll sends a copy of the lead with a fresh one-minute-old request of one series,
     # in one message (normalize keeps a message's records together), until one is late (the watermark never
-    # moves back, so it stays late from then on).
+    # moves back, so it stays late from then on). Late: older than the catch-up bound behind the lead (a record
+    # within it gets a catch-up window of its own, test_metrics_catchup.py).
+    late_by_s = CATCHUP_S + 60
     model = f"late-{uuid.uuid4().hex[:6]}"
     # a region of its own: the late counter is per region, and each module's metrics job counts from zero
-    first = dataclasses.replace(batch(model, 1, now - 60 * NS, seed=4)[0], region=model)
+    first = dataclasses.replace(batch(model, 1, now - int(late_by_s * NS), seed=4)[0], region=model)
     sent: list[RequestRecord] = []
 
     def send_then_check() -> bool:
@@ -303,8 +306,9 @@ def test_late_records_go_to_the_late_topic_are_counted_and_join_the_totals_when_
                "counter without a next window")
     assert prom_value(prom_url, f'sum({REQUESTS_TOTAL}{{model="{model}",region="global"}})') == len(sent)
     # and a next on-time window after that flush still reaches Prometheus (its samples stay in time order)
+    ahead = int((late_by_s + 70) * NS)  # 70 s after now, as the lead
     on_time = dataclasses.replace(first, trace_id=uuid.uuid4().hex, span_id=uuid.uuid4().hex[:16],
-                                  start_ns=first.start_ns + 130 * NS, end_ns=first.end_ns + 130 * NS)
+                                  start_ns=first.start_ns + ahead, end_ns=first.end_ns + ahead)
     produce_requests(bootstrap, [on_time])
     wait_until(flushing(Flusher(bootstrap, on_time.end_ns), lambda: prom_value(prom_url, total) == len(sent) + 1),
                180, f"{len(sent) + 1} requests of {model} in its counter")
