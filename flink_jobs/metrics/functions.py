@@ -282,30 +282,6 @@ def _unpack(packed: bytes) -> WindowStats:
     return pickle.loads(zlib.decompress(packed))
 
 
-class MergeAggregate(AggregateFunction):
-    """Merges regional window results (``(key, end_ns, WindowStats)``, a few per window) into the roll-up."""
-
-    def create_accumulator(self) -> WindowStats:
-        return WindowStats()
-
-    def add(self, value: Any, accumulator: WindowStats) -> WindowStats:
-        return accumulator.merge(value[2])
-
-    def get_result(self, accumulator: WindowStats) -> WindowStats:
-        return accumulator
-
-    def merge(self, a: WindowStats, b: WindowStats) -> WindowStats:
-        return a.merge(b)
-
-
-class WithWindowEnd(ProcessWindowFunction):
-    """``(key, window end ns, aggregate)``; the element's timestamp is the window's last millisecond."""
-
-    def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
-        for aggregate in elements:
-            yield key, context.window().end * MS, aggregate
-
-
 class CumulateSeries(KeyedProcessFunction):
     """Per series: running totals across windows -> one OTLP batch per window. Late records (``end_ns``
     None) join the running totals without a batch of their own: counters and cumulative histograms count
@@ -508,10 +484,6 @@ def late_json(t: Any):
 
 def first(t: Any) -> Any:
     return t[0]
-
-
-def global_key_of(t: Any) -> str:
-    return global_key(t[0])
 
 
 def late_region(t: Any) -> str:
