@@ -1,8 +1,9 @@
 """Freshness and cost of mirroring (issue #25 item 5, first figures): the same fixed rate through both
-topologies, then a 60 s silent cut of one region's link.
+topologies, then the multi-region faults of issue #25 item 4 (``bench/region_faults.py``).
 
-    .venv/bin/python -m bench.multiregion                      # 1,000 requests/s, 120 s per topology
-    .venv/bin/python -m bench.multiregion --rate 500 --step-s 60
+    .venv/bin/python -m bench.multiregion                      # 1,000 requests/s, 120 s per topology, every fault
+    .venv/bin/python -m bench.multiregion --rate 500 --step-s 60 --faults link_cut_60s,mm2_kill9
+    .venv/bin/python -m bench.multiregion --faults "" --max-rate 2000,5000,10000   # the highest rate held
 
 For each topology (``single``: one Kafka; ``multi_region``: a broker per region, link relays, MirrorMaker 2
 into the global broker) it starts its own stack (free ports, a temporary folder), deploys every job, sends
@@ -15,19 +16,13 @@ end -> its window queryable in Prometheus, the throughput bench's definition and
 - link bytes per request: bytes the three relays forwarded both ways during the step (as sent on the wire:
   the gateways' zstd batches and MM2's fetch requests) / requests sent;
 - MirrorMaker 2's CPU (cores, over the step) and peak RSS;
-- ``link_cut_60s``: the first region's relay blackholed 60 s under traffic, then healed; sent/lost/double for
-  that region, ``drain_s`` (from the heal until its count in Prometheus equals its ledger) and
-  ``late_records``: how many of the region's records the metrics job took as late meanwhile (issue #25
-  item 3: they join the counters but miss their windows); and from the region status service (sampled twice a
-  second): ``status_detected_s`` (the cut -> the region's first ``link_delayed``), ``wrong_status`` (seconds
-  from the cut to the drain in a status that contradicts a cut: ``gateways_down`` or ``no_traffic``) and
-  ``status_ok_after_heal_s`` (the heal -> ``ok`` again).
-- ``mm2_kill9``: MirrorMaker 2 killed with ``kill -9`` under traffic (the supervisor starts it again): every
-  region's sent/lost/double, ``moving_s`` (kill -> the first mirrored record created after the kill reaches
-  the global broker's ``read_committed`` readers) and ``drain_s`` (kill -> the mirror lag back under 2 s);
-  ``status_detected_s`` (the kill -> the first region ``link_delayed``, absent if MM2 moved again before the
-  status's lag bound) and ``wrong_status`` (seconds of any region in ``gateways_down`` or ``no_traffic`` until
-  the drain).
+- then every fault of ``--faults`` (default: all), one at a time, each under ``--rate`` with its own simulator
+  tag: ``link_cut_60s``, ``link_reset``, ``link_flap``, ``regional_kafka_down``, ``gateways_down``,
+  ``mm2_kill9``, ``global_kafka_kill9``, ``link_cut_300s`` (what each does and the figures it gets, ``sent``,
+  ``lost``, ``double``, ``drain_s``, ``status_detected_s``, ``wrong_status``, ``status_ok_after_heal_s``: see
+  ``bench/region_faults.py``);
+- with ``--max-rate 2000,5000,10000``, after the faults: steps at those rates, each judged as the throughput
+  bench judges a step; ``max_zero_loss_rate`` under ``multi_region`` (not in the default run).
 
 Writes bench/results/multiregion.json (keys of the issue; what was not measured is absent, never invented).
 Timings on the shared 2-core machine are noisy: one run is one sample.
@@ -46,19 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from bench.region_faults import FAULTS, run_fault
 from bench.results_file import save_results
 from bench.throughput import judge, run_step
-from tests.support.pipeline_load import (
-    MirrorResumed,
-    WindowWatcher,
-    counted_per_series,
-    fleet,
-    keep_event_time_moving,
-    sent_per_series,
-    settle,
-    tally,
-)
-from tests.support.region_status import StatusWatch
+from tests.support.pipeline_load import WindowWatcher, fleet, keep_event_time_moving, settle
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "multiregion.json"
@@ -156,144 +142,40 @@ def measure(stack, rate: float, step_s: float) -> dict[str, Any]:
     return out
 
 
-def late_records(prom_url: str, region: str) -> int:
-    """The metrics job's late-record counter for ``region`` (records that missed their window; they still join
-    the series' counters, which the ledger reads)."""
-    from infersight.schemas import pipeline as P
-    from infersight.simulator.prom import query
-
-    rows = query(prom_url, f'sum({P.prom(P.LATE_RECORDS)}{{{P.LABEL_REGION}="{region}"}})', timeout_s=15)
-    return int(float(rows[0]["value"][1])) if rows else 0
-
-
-def link_cut(stack, rate: float, cut_s: float) -> dict[str, Any]:
-    """The first region's link blackholed ``cut_s`` under traffic; that region's ledger and drain time."""
-    from infersight.demo import endpoints_of
-    from infersight.simulator.run import Simulator
-    from infersight.stack.multiregion import link
-
-    lay = stack.layout
-    region = lay.regions[0]
-    tag = uuid.uuid4().hex[:6]
-    late_before = late_records(lay.prometheus_url, region)
-    watch = StatusWatch(lay)
-    watch.start()
-    sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=60).start()
-    time.sleep(20)
-    link(lay, region, "cut")
-    cut_at = time.monotonic()
-    time.sleep(cut_s)
-    link(lay, region, "heal")
-    healed = time.monotonic()
-    time.sleep(10)
-    delivered = sim.stop(flush_s=60)
-    sent_region = {k: n for k, n in sent_per_series(sim.ledger).items() if k[0] == region}
-    keep = keep_event_time_moving(endpoints_of(stack), tag)
-    drain_s = None
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            counted = {k: n for k, n in counted_per_series(lay.prometheus_url, tag).items() if k[0] == region}
-            if counted == sent_region:
-                drain_s = round(time.monotonic() - healed, 1)
-                break
-            time.sleep(1)
-        settle(lay.prometheus_url, {tag: sim.ledger}, timeout_s=60, quiet_s=30)
-    finally:
-        keep.stop()
-        watch.stop()
-    t = tally(sent_region, {k: n for k, n in counted_per_series(lay.prometheus_url, tag).items() if k[0] == region})
-    out = {"region": region, "cut_s": cut_s, "sent": t.sent, "lost": t.lost, "double": t.double,
-           "delivered": delivered, "late_records": late_records(lay.prometheus_url, region) - late_before}
-    if drain_s is not None:  # absent when the region never equalled its ledger (then lost/double say why)
-        out["drain_s"] = drain_s
-    out.update(status_figures(watch, [region], cut_at, healed + (drain_s if drain_s is not None else 0.0), healed))
-    return out
-
-
-def status_figures(watch: StatusWatch, regions: list[str], fault_at: float, until: float,
-                   healed: float | None = None) -> dict[str, Any]:
-    """The region status through a fault that delays ``regions``' telemetry (a cut link, a dead MM2), from
-    ``fault_at`` to ``until`` (monotonic): ``status_detected_s`` (the first ``link_delayed`` of any of them;
-    absent when none came, e.g. MM2 back before the lag bound), ``wrong_status`` (seconds of any of them in
-    ``gateways_down`` or ``no_traffic``: contradicting a delay) and, given ``healed``, ``status_ok_after_heal_s``.
-    Empty when the status service never answered."""
-    from infersight.schemas import region_status as RS
-
-    if not watch.samples:
-        return {}
-    out: dict[str, Any] = {}
-    detected = [d for r in regions if (d := watch.first(r, RS.LINK_DELAYED, fault_at, until)) is not None]
-    if detected:
-        out["status_detected_s"] = round(min(detected), 1)
-    out["wrong_status"] = round(0.0 + sum(watch.seconds_in(r, {RS.GATEWAYS_DOWN, RS.NO_TRAFFIC}, fault_at, until)
-                                    for r in regions), 1)
-    if healed is not None:
-        ok_after = [watch.first(r, RS.OK, healed) for r in regions]
-        if all(x is not None for x in ok_after):
-            out["status_ok_after_heal_s"] = round(max(ok_after), 1)
-    out["status_transitions"] = {r: watch.transitions(r, fault_at) for r in regions}
-    return out
-
-
-def mm2_kill9(stack, rate: float) -> dict[str, Any]:
-    """``kill -9`` of MirrorMaker 2 under traffic (the supervisor restarts it): every region's ledger, and the
-    seconds from the kill until mirrored data moves again (``moving_s``) and until the mirror lag is back under
-    2 s (``drain_s``: the backlog of the dead time is through)."""
-    import os
-    import signal
-
-    from infersight.demo import endpoints_of
-    from infersight.simulator.run import Simulator
-    from infersight.stack.multiregion import MIRRORMAKER
-
-    lay = stack.layout
-    tag = uuid.uuid4().hex[:6]
-    resumed = MirrorResumed(lay.kafka_bootstrap, lay.normalize_sources())
-    resumed.start()
-    watch = StatusWatch(lay)
-    watch.start()
-    sim = Simulator(fleet(tag, rate), endpoints_of(stack), seed=61).start()
-    time.sleep(20)
-    pid = stack.running_components()[MIRRORMAKER]
-    killed = time.time()
-    killed_mono = time.monotonic()
-    resumed.arm(killed)
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 180
-    while resumed.caught_up_at is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    caught_up_mono = time.monotonic()
-    time.sleep(10)
-    delivered = sim.stop(flush_s=60)
-    resumed.stop_event.set()
-    watch.stop()
-    keep = keep_event_time_moving(endpoints_of(stack), tag)
-    try:
-        settle(lay.prometheus_url, {tag: sim.ledger}, timeout_s=180, quiet_s=30)
-    finally:
-        keep.stop()
-    t = tally(sent_per_series(sim.ledger), counted_per_series(lay.prometheus_url, tag))
-    out: dict[str, Any] = {"sent": t.sent, "lost": t.lost, "double": t.double, "delivered": delivered,
-                           "restarted": stack.running_components().get(MIRRORMAKER) not in (None, pid)}
-    for key, at in (("moving_s", resumed.moving_at), ("drain_s", resumed.caught_up_at)):
-        if at is not None:  # absent when it never happened within 3 minutes
-            out[key] = round(at - killed, 1)
-    out.update(status_figures(watch, list(lay.regions), killed_mono, caught_up_mono))
-    return out
+def max_zero_loss_rate(stack, rates: list[float], step_s: float) -> dict[str, Any]:
+    """Steps at rising ``rates`` on the multi-region stack, each judged as the throughput bench judges a step
+    (``judge``: every request counted once, the simulator on schedule, freshness p99 <= 20 s); they stop at the
+    first step not held. ``max_zero_loss_rate``: the highest rate held (0 if none)."""
+    steps = []
+    for rate in rates:
+        print(f"[multiregion] max rate: {rate:,.0f} requests/s for {step_s:.0f} s", flush=True)
+        row = measure(stack, rate, step_s)
+        steps.append({"rate": rate, **{k: row.get(k) for k in ("held", "not_held_because", "sent", "lost", "double",
+                                                              "freshness_p50_s", "freshness_p99_s")}})
+        print(f"[multiregion] max rate: {json.dumps(steps[-1])}", flush=True)
+        if not row["held"]:
+            break
+    return {"max_zero_loss_rate": max((s["rate"] for s in steps if s["held"]), default=0.0), "rate_steps": steps}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=1000.0, help="offered requests/s (all regions)")
     parser.add_argument("--step-s", type=float, default=120.0, help="seconds of traffic per topology")
-    parser.add_argument("--cut-s", type=float, default=60.0, help="the link cut's length")
-    parser.add_argument("--faults", default="link_cut,mm2_kill9", help="multi-region faults after the step")
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help=f"multi-region faults after the step, comma-separated (default: all: {', '.join(FAULTS)})")
+    parser.add_argument("--max-rate", help="also steps at these rising rates on the multi-region stack, after the "
+                                           "faults (e.g. 2000,5000,10000): max_zero_loss_rate")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     faults = [f for f in args.faults.split(",") if f]
-    if set(faults) - {"link_cut", "mm2_kill9"}:
-        parser.error(f"unknown faults {sorted(set(faults) - {'link_cut', 'mm2_kill9'})}: link_cut, mm2_kill9")
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown:
+        parser.error(f"unknown faults {unknown}: the faults are {', '.join(FAULTS)}")
+    try:
+        rates = sorted(float(r) for r in args.max_rate.split(",") if r) if args.max_rate else []
+    except ValueError:
+        parser.error(f"--max-rate takes requests/s separated by commas (e.g. 2000,5000,10000), not {args.max_rate!r}")
 
     from infersight.stack import setup
 
@@ -314,12 +196,18 @@ def main() -> None:
                 row.pop(k, None)
             result[key] = row
             print(f"[multiregion] {topology}: {json.dumps(row)}", flush=True)
-            if topology == "multi-region" and "link_cut" in faults:
-                result["link_cut_60s" if args.cut_s == 60 else f"link_cut_{args.cut_s:.0f}s"] = \
-                    link_cut(stack, args.rate, args.cut_s)
-            if topology == "multi-region" and "mm2_kill9" in faults:
-                result["mm2_kill9"] = mm2_kill9(stack, args.rate)
-                print(f"[multiregion] mm2_kill9: {json.dumps(result['mm2_kill9'])}", flush=True)
+            if topology != "multi-region":
+                continue
+            for seed, fault in enumerate(faults, start=60):
+                print(f"[multiregion] {fault} at {args.rate:,.0f} requests/s", flush=True)
+                try:
+                    result[fault] = run_fault(stack, fault, args.rate, seed)
+                except Exception as exc:  # noqa: BLE001 - one fault that breaks is a figure too; go on
+                    result[fault] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"[multiregion] {fault}: {json.dumps(result[fault])}", flush=True)
+                save_results(args.results, result)  # what is measured so far survives a later failure
+            if rates:
+                row.update(max_zero_loss_rate(stack, rates, args.step_s))
         finally:
             stack.down(wipe=True)
     result["wall_s"] = round(time.monotonic() - started, 1)

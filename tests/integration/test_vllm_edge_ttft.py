@@ -75,8 +75,10 @@ def test_edge_ttft_contains_the_engines_and_the_stages_add_up(served):
             "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0.0}
     calls = [("/v1/chat/completions", {**chat, "stream": True}) for _ in range(N_STREAMS)]
     calls.append(("/v1/chat/completions", chat))  # not streamed: the body is the first token's bytes
+    # finishes before its bytes are written; greedy and past EOS, so its one token is text (sampled, it could be
+    # </s>, which streams no text)
     calls.append(("/v1/completions", {"model": server.model, "prompt": "a b c", "max_tokens": 1,
-                                      "stream": True}))  # finishes before its bytes are written
+                                      "stream": True, "temperature": 0.0, "ignore_eos": True}))
     traces = {uuid.uuid4().hex: c for c in calls}
     client: dict[str, dict] = {}
 
