@@ -94,6 +94,11 @@ class RegionJudge:
     def probe_ok(self, p: Probe) -> None:
         if self.beacon_end is None or p.beacon_end > self.beacon_end or self.beacon_grew_at is None:
             self.beacon_grew_at = p.at  # the first answer gives the gateways the benefit of the doubt
+        if self.last_ok is not None and p.at - self.last_ok > self.t.link_timeout_s:
+            # the first answer after an outage of the link or the regional cluster: the gateways could not write
+            # meanwhile and retry on their own backoff, so they get the benefit of the doubt again (measured: a
+            # regional broker back answered 3-4 s before the queued beacons landed, and read as gateways_down)
+            self.beacon_grew_at = p.at
         if self.beacon_end is not None and p.beacon_end < self.beacon_end:  # a recreated topic: start over
             self.beacon_grew_at = p.at
         self.beacon_end = p.beacon_end

@@ -169,7 +169,10 @@ class RegionStatusService:
     def probe_loop(self, region: str) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(link_client_config(self.links[region], self.cas.get(region)))
+        def client() -> AdminClient:
+            return AdminClient(link_client_config(self.links[region], self.cas.get(region)))
+
+        admin = client()
         while not self.stop.is_set():
             started = time.monotonic()
             try:
@@ -177,6 +180,10 @@ class RegionStatusService:
             except Exception as exc:  # noqa: BLE001 - every failure of the link is an answer: "not now"
                 with self.lock:
                     self.judges[region].probe_failed(time.monotonic(), f"{type(exc).__name__}: {exc}"[:160])
+                # A fresh client after a failure: a regional broker stopped and started again left the old one
+                # with the metadata of its shutdown (no partition leaders), and it kept failing with "No leaders
+                # found" for minutes after the broker was back (measured: regional_kafka_down).
+                admin = client()
             else:
                 with self.lock:
                     self.judges[region].probe_ok(probe)

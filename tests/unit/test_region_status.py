@@ -145,6 +145,27 @@ def test_gateways_killed_with_the_link_up_is_down_within_30_s_and_never_delayed(
     assert w.first(RS.OK, back) <= 3
 
 
+def test_a_regional_cluster_back_before_the_queued_beacons_is_not_down_but_dead_gateways_still_are():
+    w = World()
+    w.step(40)
+    w.link, w.gateways = "cut", False  # the regional broker down: no answer, and nothing written (queued on disk)
+    w.step(90)
+    back = w.now
+    w.link = "up"  # the broker answers; the gateways' retries land a few seconds later
+    w.step(6)
+    w.gateways = True
+    w.step(20)
+    assert RS.GATEWAYS_DOWN not in w.seen(back), w.history[-30:]
+    assert w.status == RS.OK
+    # gateways that died during the outage are still found, a beacons' timeout after the cluster is back
+    w.link, w.gateways = "cut", False
+    w.step(90)
+    back = w.now
+    w.link = "up"
+    w.step(40)
+    assert w.first(RS.GATEWAYS_DOWN, back) <= Thresholds().beacons_timeout_s + 2
+
+
 def test_beacons_without_requests_are_no_traffic_then_ok_when_requests_come_back():
     w = World()
     w.step(40)
