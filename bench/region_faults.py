@@ -30,7 +30,9 @@ flapped), recovered, 10 s more traffic, then the ledger and the drain. Per fault
 - ``drain_s``: from the recovery (the heal; the component healthy again) until the affected regions' counts in
   Prometheus equal their ledger; absent if that never happened within ``DRAIN_TIMEOUT_S``;
 - ``late_records``: the affected regions' records the metrics job took as late meanwhile (issue #25 item 3: they
-  join the counters but miss their windows);
+  join the counters but miss their windows; with catch-up windows, at most the remainder of the window a cut fell
+  in, whose partial result had fired), and ``windowed``: their requests that landed in their own windows
+  (``infersight_window_requests`` summed over windows), so ``windowed + late_records = sent`` when nothing is lost;
 - from the region status service, sampled twice a second (``status_figures``): ``status_detected_s`` (the fault
   -> the first status it should produce), ``wrong_status`` (seconds, from the fault to the drain, the affected
   regions spent in a status that contradicts the fault), ``status_ok_after_heal_s`` (the recovery -> ``ok``
@@ -46,9 +48,8 @@ What each fault should produce, and what contradicts it:
   broker answers no probe, so the region is ``link_delayed`` with cause ``link``, like a cut link, and its reason
   carries the probe's error (measured: "No leaders found" while it shuts down, then time-outs). That is the truth
   from the global side: the gateways queue on disk, the telemetry is late, not lost. ``gateways_down`` and
-  ``no_traffic`` contradict, and one is known to come: when the broker is back, a probe answer that comes before
-  the gateways' first beacon there makes the judge (``stack/region_status.py``) take the outage for the beacon
-  topic standing still, ``gateways_down`` for a few seconds (``wrong_status`` counts them);
+  ``no_traffic`` contradict (the judge gives the gateways a beacons' timeout after the broker answers again:
+  their queued beacons land seconds after its first answer);
 - ``gateways_down``: ``gateways_down``; ``link_delayed`` contradicts (the link is up);
 - ``mm2_kill9``: ``link_delayed`` (cause ``mirror``) for every region, absent when MM2 moved again before the
   status's lag bound; ``gateways_down`` and ``no_traffic`` contradict;
@@ -81,6 +82,7 @@ from tests.support.pipeline_load import (
     sent_per_series,
     settle,
     tally,
+    windowed_per_region,
 )
 from tests.support.region_status import StatusWatch
 
@@ -238,6 +240,7 @@ def run_fault(stack, name: str, rate: float, seed: int, lead_s: float = LEAD_S) 
         "delivered": delivered, "refused_exports": sum(s.dropped + s.queued for s in stats),
         "rejected_spans": sum(s.rejected for s in stats), "export_retries": sum(s.retries for s in stats),
         "late_records": sum(late_records(lay.prometheus_url, r) for r in regions) - late_before,
+        "windowed": sum(n for r, n in windowed_per_region(lay.prometheus_url, tag).items() if r in regions),
         "fault_s": round(recovered - fault_at, 1), **extra}
     if drain_s is not None:  # absent when the regions never equalled their ledger (then lost/double say why)
         out["drain_s"] = drain_s

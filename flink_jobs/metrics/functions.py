@@ -290,12 +290,13 @@ class CumulateSeries(KeyedProcessFunction):
     batch of the totals alone does, stamped 1 ms after the series' last batch (Prometheus takes a series'
     samples only in time order, and the next window, if one comes after all, ends later still).
 
-    A window whose end is not after the series' last stamp (a catch-up window behind a newer one) is handled
-    as late records: a point at an older time would step the counters back. A delayed region's series had
-    nothing after the cut, so its catch-up windows come after its last stamp, in order, and are written as
-    windows at their own (past) times. Roll-up windows (``RollupWindows``) carry how many regions they merged
-    (``P.ROLLUP_REGIONS``); a superseding one (five fields) adds its late region's stats to the totals and
-    writes the merged window's gauges alone at its own stamp."""
+    A window whose end is not after the series' last stamp (a catch-up window behind a newer one: after a heal,
+    the region's new windows fire at the watermark, its backlog's when the backlog is quiet) joins the totals
+    as late records do (counters at an older time would step back) and writes its per-window gauges and
+    quantiles alone at its own time (out of order, floats only). A catch-up window after the series' last stamp
+    is written as a window, at its own (past) time. Roll-up windows (``RollupWindows``) carry how many regions
+    they merged (``P.ROLLUP_REGIONS``); a superseding one (five fields) adds its late region's stats to the
+    totals and writes the merged window's gauges alone at its own stamp."""
 
     def __init__(self, window_ns: int, flush_windows: int = 2, ttl_s: float = 0.0) -> None:
         self.window_ns, self.ttl_s = window_ns, ttl_s
@@ -329,7 +330,12 @@ class CumulateSeries(KeyedProcessFunction):
             return
         shown = self.shown.value()
         if shown is not None and shown[0] is not None and end_ns <= shown[0]:  # behind the series' last point
+            # a catch-up window that came after the region's newer on-time ones (they fire at the watermark, it
+            # when its backlog is quiet): its counts join the totals, its gauges go at its own (past) time: a
+            # window fires once, so that point is its only one (Prometheus takes out-of-order floats)
             self._join_totals(stats, end_ns - self.window_ns, ctx)
+            if end_ns < shown[0]:
+                yield core.encode_window_gauges(key, end_ns, stats, value[3] if len(value) > 3 else None)
             return
         totals = self.totals.value() or Cumulative(end_ns - self.window_ns)
         totals.add_window(stats)

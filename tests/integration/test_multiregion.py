@@ -38,6 +38,7 @@ from tests.support.pipeline_load import (
     models_of,
     settle,
     tally,
+    windowed_per_region,
 )
 from tests.support.region_status import StatusWatch
 
@@ -266,13 +267,6 @@ def newest_window_s(prom_url: str, tag: str) -> dict[str, float]:
 
 def late_per_region(prom_url: str) -> dict[str, int]:
     rows = query(prom_url, f"sum by ({P.LABEL_REGION}) (last_over_time({P.prom(P.LATE_RECORDS)}[3h]))")
-    return {r["metric"][P.LABEL_REGION]: int(float(r["value"][1])) for r in rows}
-
-
-def windowed_per_region(prom_url: str, tag: str) -> dict[str, int]:
-    """Per region: ``tag``'s requests summed over every window's point (each window once)."""
-    selector = f'{WINDOW_REQUESTS}{{{models_of(tag)},{P.LABEL_REGION}!="{P.GLOBAL_REGION}"}}'
-    rows = query(prom_url, f"sum by ({P.LABEL_REGION}) (sum_over_time({selector}[30m]))")
     return {r["metric"][P.LABEL_REGION]: int(float(r["value"][1])) for r in rows}
 
 

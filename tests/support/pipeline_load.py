@@ -63,6 +63,14 @@ def counted_per_region(prom_url: str, tag: str) -> dict[str, int]:
             for s in _query(prom_url, f"sum by ({P.LABEL_REGION}) ({selector})")}
 
 
+def windowed_per_region(prom_url: str, tag: str, lookback_s: int = 1800) -> dict[str, int]:
+    """Requests per region summed over every window's point (``infersight_window_requests``: one point per series
+    and window): what landed in its own window; the counters less this are the late records."""
+    selector = f'{P.prom(P.WINDOW_REQUESTS)}{{{models_of(tag)},{P.LABEL_REGION}!="{P.GLOBAL_REGION}"}}'
+    return {s["metric"][P.LABEL_REGION]: int(float(s["value"][1]))
+            for s in _query(prom_url, f"sum by ({P.LABEL_REGION}) (sum_over_time({selector}[{int(lookback_s)}s]))")}
+
+
 @dataclass
 class Tally:
     """One run's requests: sent (the ledger), counted (Prometheus), lost and double counted per series."""

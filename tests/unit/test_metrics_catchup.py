@@ -298,25 +298,29 @@ def _series_runtime():
     return Runtime(F.CumulateSeries(W_NS), key_of=F.first)
 
 
-def test_in_order_catch_up_windows_are_windows_and_an_out_of_order_one_joins_the_totals_only():
+def test_catch_up_windows_behind_the_series_last_point_write_their_gauges_at_their_time_and_join_the_totals():
     series = keys.series_key(_records(C, 0, 1, seed=1)[0])
     cumulate = _series_runtime()
-    windows = {w: window_of(_records(C, w, 10 + w, seed=w)) for w in range(6)}
+    windows = {w: window_of(_records(C, w, 10 + w, seed=w)) for w in range(7)}
     out = []
     for w in (0, 1):  # on time, then the cut: the region's series had nothing after window 1
         out += cumulate.send((series, _end(w) * MS, windows[w]))
-    for w in (2, 3, 4):  # its catch-up windows: in order after its last point, at their own (past) times
+    for w in (2, 3):  # catch-up windows after its last point: windows at their own (past) times
         out += cumulate.send((series, _end(w) * MS, windows[w]))
-    assert len(out) == 5
-    out += cumulate.send((series, _end(3) * MS, windows[5]))  # behind the series' last point: totals only
-    assert len(out) == 5 and cumulate.timers
+    assert len(out) == 4
+    out += cumulate.send((series, _end(6) * MS, windows[6]))  # after the heal its new window fires first
+    for w in (4, 5):  # the rest of the backlog: behind the last point, gauges alone at their own times
+        out += cumulate.send((series, _end(w) * MS, windows[w]))
+    assert len(out) == 7 and cumulate.timers
     out += cumulate.advance(now=2 * W_MS)  # the flush: the totals 1 ms after the last point
     points = _points(out)
     per_window = _series(points, P.WINDOW_REQUESTS, C)
-    assert per_window == {_end(w) * MS: float(windows[w].requests) for w in range(5)}
+    assert per_window == {_end(w) * MS: float(windows[w].requests) for w in range(7)}
     requests = _series(points, P.REQUESTS, C)
-    assert requests[_end(4) * MS + MS] == sum(s.requests for s in windows.values())
-    assert list(requests.values()) == sorted(requests.values())  # a counter: never steps back
+    assert max(requests) == _end(6) * MS + MS and requests[max(requests)] == sum(s.requests for s in windows.values())
+    assert all(t in (_end(w) * MS for w in (0, 1, 2, 3, 6)) or t == _end(6) * MS + MS for t in requests)
+    ordered = [requests[t] for t in sorted(requests)]
+    assert ordered == sorted(ordered)  # a counter: never steps back, and no counter point at an older time
 
 
 # ---- the roll-up, and the whole path of a delayed region ----
