@@ -79,6 +79,7 @@ from tests.support.pipeline_load import (
     counted_per_series,
     fleet,
     keep_event_time_moving,
+    late_per_region,
     sent_per_series,
     settle,
     tally,
@@ -156,16 +157,6 @@ FAULTS = ("link_cut_60s", "link_reset", "link_flap", "regional_kafka_down", "gat
           "global_kafka_kill9", "link_cut_300s")  # the order they run in: the longest last
 
 
-def late_records(prom_url: str, region: str) -> int:
-    """The metrics job's late-record counter for ``region`` (records that missed their window; they still join
-    the series' counters, which the ledger reads)."""
-    from infersight.schemas import pipeline as P
-    from infersight.simulator.prom import query
-
-    rows = query(prom_url, f'sum({P.prom(P.LATE_RECORDS)}{{{P.LABEL_REGION}="{region}"}})', timeout_s=15)
-    return int(float(rows[0]["value"][1])) if rows else 0
-
-
 def status_figures(watch: StatusWatch, regions: list[str], fault_at: float, until: float, healed: float,
                    expect: str, contradicts: frozenset[str]) -> dict[str, Any]:
     """The region status of ``regions`` through a fault, from ``fault_at`` to ``until`` (monotonic):
@@ -199,7 +190,7 @@ def run_fault(stack, name: str, rate: float, seed: int, lead_s: float = LEAD_S) 
     regions = list(lay.regions) if fault.every_region else [lay.regions[0]]
     others = [r for r in lay.regions if r not in regions]
     tag = uuid.uuid4().hex[:6]
-    late_before = sum(late_records(lay.prometheus_url, r) for r in regions)
+    late_before = late_per_region(lay.prometheus_url)
     watch = StatusWatch(lay)
     watch.start()
     resumed = MirrorResumed(lay.kafka_bootstrap, lay.normalize_sources()) if fault.every_region else None
@@ -239,7 +230,8 @@ def run_fault(stack, name: str, rate: float, seed: int, lead_s: float = LEAD_S) 
         "regions": regions, "sent": t.sent, "lost": t.lost, "double": t.double, "series_off": t.to_json()["series_off"],
         "delivered": delivered, "refused_exports": sum(s.dropped + s.queued for s in stats),
         "rejected_spans": sum(s.rejected for s in stats), "export_retries": sum(s.retries for s in stats),
-        "late_records": sum(late_records(lay.prometheus_url, r) for r in regions) - late_before,
+        "late_records": sum(n - late_before.get(r, 0) for r, n in late_per_region(lay.prometheus_url).items()
+                            if r in regions),
         "windowed": sum(n for r, n in windowed_per_region(lay.prometheus_url, tag).items() if r in regions),
         "fault_s": round(recovered - fault_at, 1), **extra}
     if drain_s is not None:  # absent when the regions never equalled their ledger (then lost/double say why)

@@ -37,6 +37,7 @@ from tests.support.pipeline_load import (
     counted_per_region,
     fleet,
     keep_event_time_moving,
+    late_per_region,
     models_of,
     settle,
     tally,
@@ -101,6 +102,16 @@ def settled(stack, sim, tag: str, quiet_s: float = 40) -> dict[str, Tally]:
     return {r: per_region(sent, counted, r) for r in stack.layout.regions}
 
 
+def wait_counted_everywhere(lay, tag: str, all_ok: bool = False) -> None:
+    """Until ``tag``'s first windows of every region are in Prometheus (and, with ``all_ok``, every region's status
+    is ``ok``): the state each fault starts from."""
+    wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
+               "the first windows of every region in Prometheus")
+    if all_ok:
+        wait_until(lambda: {s["status"] for s in multiregion.statuses(lay).values()} == {RS.OK}, 60,
+                   "every region ok before the faults")
+
+
 def test_the_topology_runs_and_every_request_is_counted_once_per_region(stack, jobs):
     lay = stack.layout
     rows = {s.name: s for s in stack.status()}
@@ -109,8 +120,7 @@ def test_the_topology_runs_and_every_request_is_counted_once_per_region(stack, j
     tag = uuid.uuid4().hex[:6]
     sim = Simulator(fleet(tag, RATE), endpoints_of(stack), seed=31).start()
     try:
-        wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
-                   "the first windows of every region in Prometheus")
+        wait_counted_everywhere(lay, tag)
         time.sleep(10)
         during = multiregion.statuses(lay)  # under traffic, nothing wrong: every region ok
     finally:
@@ -214,10 +224,7 @@ def test_a_silent_link_cut_and_a_link_reset_lose_and_double_nothing(stack, jobs)
     watch = StatusWatch(lay)
     watch.start()
     try:
-        wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
-                   "the first windows of every region in Prometheus")
-        wait_until(lambda: {s["status"] for s in multiregion.statuses(lay).values()} == {RS.OK}, 60,
-                   "every region ok before the faults")
+        wait_counted_everywhere(lay, tag, all_ok=True)
         assert multiregion.link(lay, cut, "cut")["state"] == "cut"
         assert multiregion.link(lay, reset, "reset")["state"] == "reset"
         cut_at, cut_wall = time.monotonic(), time.time()
@@ -270,11 +277,6 @@ def newest_window_s(prom_url: str, tag: str) -> dict[str, float]:
     return {r["metric"][P.LABEL_REGION]: float(r["value"][1]) for r in rows}
 
 
-def late_per_region(prom_url: str) -> dict[str, int]:
-    rows = query(prom_url, f"sum by ({P.LABEL_REGION}) (last_over_time({P.prom(P.LATE_RECORDS)}[3h]))")
-    return {r["metric"][P.LABEL_REGION]: int(float(r["value"][1])) for r in rows}
-
-
 def rollup_regions_over_cut(prom_url: str, tag: str, start: float, end: float) -> dict[tuple, tuple[int, int]]:
     """Per global series and window ending within [start, end]: (regions its first point merged, regions its
     last point merged); a superseding point is written 1 ms after the window's end per late region."""
@@ -303,8 +305,7 @@ def test_mirrormaker_killed_loses_and_doubles_nothing_and_moves_again(stack, job
     watch = StatusWatch(lay)
     watch.start()
     try:
-        wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
-                   "the first windows of every region in Prometheus")
+        wait_counted_everywhere(lay, tag)
         pid = stack.running_components()[multiregion.MIRRORMAKER]
         killed = time.time()
         resumed.arm(killed)
@@ -382,10 +383,7 @@ def test_a_flapping_link_a_regional_broker_down_and_the_global_broker_killed_los
     watch = StatusWatch(lay)
     watch.start()
     try:
-        wait_until(lambda: len(counted_per_region(lay.prometheus_url, tag)) == len(lay.regions), 150,
-                   "the first windows of every region in Prometheus")
-        wait_until(lambda: {s["status"] for s in multiregion.statuses(lay).values()} == {RS.OK}, 60,
-                   "every region ok before the faults")
+        wait_counted_everywhere(lay, tag, all_ok=True)
         flap_at = time.monotonic()
         cuts = fault_injection.flap_link(lay, flapping, FLAP_EVERY_S, FLAP_FOR_S)
         flap_healed_at = time.monotonic()

@@ -71,6 +71,14 @@ def windowed_per_region(prom_url: str, tag: str, lookback_s: int = 1800) -> dict
             for s in _query(prom_url, f"sum by ({P.LABEL_REGION}) (sum_over_time({selector}[{int(lookback_s)}s]))")}
 
 
+def late_per_region(prom_url: str, lookback_s: int = 3 * 3600) -> dict[str, int]:
+    """The metrics job's late-record counter per region (records that missed their window; they still join the
+    series' counters). Read over ``lookback_s``: a counter that stopped moving has samples older than an instant
+    query's look-back."""
+    rows = _query(prom_url, f"sum by ({P.LABEL_REGION}) (last_over_time({P.prom(P.LATE_RECORDS)}[{int(lookback_s)}s]))")
+    return {s["metric"][P.LABEL_REGION]: int(float(s["value"][1])) for s in rows}
+
+
 @dataclass
 class Tally:
     """One run's requests: sent (the ledger), counted (Prometheus), lost and double counted per series."""
