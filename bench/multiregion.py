@@ -4,7 +4,7 @@ topologies, then the multi-region faults of issue #25 item 4 (``bench/region_fau
     .venv/bin/python -m bench.multiregion                      # 1,000 requests/s, 120 s per topology, every fault
     .venv/bin/python -m bench.multiregion --rate 500 --step-s 60 --faults link_cut_60s,mm2_kill9
     .venv/bin/python -m bench.multiregion --faults "" --max-rate 2000,5000,10000   # the highest rate held
-    .venv/bin/python -m bench.multiregion --rate 5000 --fault-rate 2000 --max-rate 8000,10000   # the issue's figures
+    .venv/bin/python -m bench.multiregion --rate 5000 --fault-rate 2000 --max-rate 2000,3500,8000,10000   # the issue's
 
 For each topology (``single``: one Kafka; ``multi_region``: a broker per region, link relays, MirrorMaker 2
 into the global broker) it starts its own stack (free ports, a temporary folder), deploys every job, sends
@@ -23,7 +23,8 @@ end -> its window queryable in Prometheus, the throughput bench's definition and
   ``lost``, ``double``, ``drain_s``, ``status_detected_s``, ``wrong_status``, ``status_ok_after_heal_s``: see
   ``bench/region_faults.py``);
 - with ``--max-rate 2000,5000,10000``, after the faults: steps at those rates, each judged as the throughput
-  bench judges a step; ``max_zero_loss_rate`` under ``multi_region`` (not in the default run).
+  bench judges a step (above ``--rate`` if its step held, else below it, falling); ``max_zero_loss_rate`` under
+  ``multi_region`` (not in the default run).
 
 Writes bench/results/multiregion.json (keys of the issue; what was not measured is absent, never invented).
 Timings on the shared 2-core machine are noisy: one run is one sample.
@@ -143,11 +144,12 @@ def measure(stack, rate: float, step_s: float) -> dict[str, Any]:
     return out
 
 
-def max_zero_loss_rate(stack, rates: list[float], step_s: float, held: float = 0.0) -> dict[str, Any]:
-    """Steps at rising ``rates`` on the multi-region stack, each judged as the throughput bench judges a step
-    (``judge``: every request counted once, the simulator on schedule, freshness p99 <= 20 s); they stop at the
-    first step not held. ``max_zero_loss_rate``: the highest rate held, ``held`` (the freshness step's rate, if
-    it held) included (0 if none)."""
+def max_zero_loss_rate(stack, rates: list[float], step_s: float, held: float = 0.0,
+                       falling: bool = False) -> dict[str, Any]:
+    """Steps at ``rates`` on the multi-region stack, each judged as the throughput bench judges a step (``judge``:
+    every request counted once, the simulator on schedule, freshness p99 <= 20 s): rising, they stop at the first
+    step not held; ``falling`` (the freshness step did not hold), at the first step held. ``max_zero_loss_rate``:
+    the highest rate held, ``held`` (the freshness step's rate, if it held) included (0 if none)."""
     steps = []
     for rate in rates:
         print(f"[multiregion] max rate: {rate:,.0f} requests/s for {step_s:.0f} s", flush=True)
@@ -155,7 +157,7 @@ def max_zero_loss_rate(stack, rates: list[float], step_s: float, held: float = 0
         steps.append({"rate": rate, **{k: row.get(k) for k in ("held", "not_held_because", "sent", "lost", "double",
                                                               "freshness_p50_s", "freshness_p99_s")}})
         print(f"[multiregion] max rate: {json.dumps(steps[-1])}", flush=True)
-        if not row["held"]:
+        if row["held"] == falling:
             break
     return {"max_zero_loss_rate": max((s["rate"] for s in steps if s["held"]), default=held), "rate_steps": steps}
 
@@ -213,8 +215,11 @@ def main() -> None:
                 print(f"[multiregion] {fault}: {json.dumps(result[fault])}", flush=True)
                 save_results(args.results, result)  # what is measured so far survives a later failure
             if rates:
-                row.update(max_zero_loss_rate(stack, [r for r in rates if r > args.rate], args.step_s,
-                                              args.rate if row["held"] else 0.0))
+                if row["held"]:  # higher rates until one does not hold
+                    row.update(max_zero_loss_rate(stack, [r for r in rates if r > args.rate], args.step_s, args.rate))
+                else:  # lower rates until one holds
+                    row.update(max_zero_loss_rate(stack, sorted((r for r in rates if r < args.rate), reverse=True),
+                                                  args.step_s, falling=True))
         finally:
             stack.down(wipe=True)
     result["wall_s"] = round(time.monotonic() - started, 1)
