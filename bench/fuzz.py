@@ -19,8 +19,9 @@ Targets, and what counts as a crash (besides a hang, a native crash or running o
 - ``record_batches``: an ``infersight.requests`` message as the metrics and archive jobs read it:
   ``parse_batch`` raising anything but ``orjson.JSONDecodeError``; ``validate`` raising on any item (it is
   documented never to); the archive job's ``ParseRecord`` raising (it dead-letters what it cannot read); the
-  metrics job's ``PreAggregate`` path (``read_batch``, ``group_batch`` with its rejects, their dead letters)
-  or its window results raising.
+  metrics job's ``PreAggregate`` path (``read_batch``, ``group_batch`` with its rejects, their dead letters,
+  the groups' quality signals) or its window results raising; a window's quality-signals record that its contract
+  (``schemas.quality_signals.problems``) refuses.
 - ``traceparent``: request headers (``name: value`` lines) through ``Instrumentation.request(headers=)``, the
   vLLM adapter's ``RequestParents`` and the Triton helpers: any exception; an ``internal_error`` on
   ``infersight.instrumentation.errors``; a valid W3C ``traceparent`` not continued; ``inject`` then extract
@@ -267,8 +268,11 @@ def make_record_batches() -> Callable[[bytes], None]:
 
     from infersight.flink_jobs.archive.functions import ParseRecord
     from infersight.flink_jobs.common.keys import global_key
+    from infersight.flink_jobs.common.request_signals import signal_rows
     from infersight.flink_jobs.metrics import core as metrics
-    from infersight.flink_jobs.metrics.window_stats import Cumulative, fact_of, window_of, window_of_facts
+    from infersight.flink_jobs.metrics.quality_signals import signals_record
+    from infersight.flink_jobs.metrics.window_stats import Cumulative, fact_of, window_of, window_of_groups
+    from infersight.schemas.quality_signals import problems as quality_signal_problems
     from infersight.schemas.records import parse_batch, validate
     from infersight.schemas.topics import REQUESTS
     from infersight.schemas.units import MS
@@ -296,13 +300,17 @@ def make_record_batches() -> Callable[[bytes], None]:
         letters += metrics.dead_letters(rejected, REQUESTS.name)
         for letter in letters:
             json.loads(letter)
-        # ... and its window results, from what it grouped
-        for (key, end_ms), group in groups.items():
-            stats = window_of_facts([fact_of(record) for record in group])
+        # ... and its window results, from what it grouped, with their quality signals (schemas.quality_signals)
+        rows = signal_rows(list(groups.values())).tolist()
+        for ((key, end_ms), group), row in zip(groups.items(), rows, strict=True):
+            stats = window_of_groups([([fact_of(record) for record in group], tuple(row))])
             end_ns = end_ms * MS
             cumulative = Cumulative(end_ns - window_ms * MS).add_window(stats)
             metrics.encode_window(key, end_ns, stats, cumulative)
             metrics.encode_window(global_key(key), end_ns, stats, cumulative)
+            signals = json.loads(signals_record(key, end_ns, stats, window_ms))
+            if quality_signal_problems(signals):
+                raise Violation(f"quality-signals-off-contract: {quality_signal_problems(signals)[0]}")
         for key, group in late.items():
             stats = window_of(group)
             start = min(r["end_ns"] for r in group)

@@ -11,10 +11,13 @@ Writes bench/results/job_cost.json. What is timed, per Kafka message of ``infers
 - canary: ``stream.route`` (parse, check, fold, key by region and overall), each key's payload pickled and
   unpickled (what crosses from the route operator to the keyed judge, through Flink's list state) and
   ``CanaryState.feed`` with every key's bake running (the steady state of a rollout).
-- quality: ``stream.read_requests`` (parse, validate, fold labels past the job's default cardinality bound,
-  per (region, model) and window partials), each partial
-  pickled and unpickled (``ReadBatches`` -> keyed ``QualityWindows``), ``merge`` into the pending window, and
-  ``QualityState.close`` of every window at the end (per window, amortised over its requests).
+- quality: its reader (since issue #17's last step, ``stream.read_signals`` of the metrics job's quality signals,
+  one message per series and 10 s window made from the same request messages; before, ``stream.read_requests`` of
+  every request record: parse, validate, fold labels past the job's default cardinality bound, per (region, model)
+  and window partials), each partial pickled and unpickled (``ReadBatches`` -> keyed ``QualityWindows``), ``merge``
+  into the pending window, and ``QualityState.close`` of every window at the end (per window, amortised over its
+  requests). With the signals, what the metrics job spends on them is reported apart (``metrics_signals_us``:
+  binning each batch's groups, the rows crossing to the window, the window's record).
 
 "Before" is the baseline commit's code (``git archive`` into a temporary tree), "after" this tree's, each timed
 in its own child process (nice'd) with the same batches; rounds alternate which goes first (the machine's speed
@@ -78,17 +81,61 @@ def fold_of(limiter: Any) -> Any:
     return batch_fold(0) if batch_fold is not None else (lambda record: limiter.fold(record, 0))
 
 
-def time_quality(messages: list[bytes]) -> dict[str, float]:
-    from infersight.flink_jobs.common.cardinality import LabelLimiter, limits_of
-    from infersight.flink_jobs.quality.stream import LABELS, QualityState, merge, read_requests
+def quality_signals_of(messages: list[bytes]) -> tuple[list[bytes], float, int]:
+    """The metrics job's quality signals (``infersight.quality_signals``) of the request messages, and the Python
+    time that job spends on them beyond what it did before: binning each batch's groups (``PreAggregate``), the
+    rows crossing to the window (pickled and unpickled once, as the facts are), the window's sum of its groups' rows
+    and its JSON record. Parsing, validating and grouping the records are not counted: the metrics job did those
+    already. Also the bytes that cross with the groups."""
+    from infersight.flink_jobs.common.request_signals import signal_rows
+    from infersight.flink_jobs.metrics import core
+    from infersight.flink_jobs.metrics.quality_signals import signals_record
+    from infersight.flink_jobs.metrics.window_stats import WindowStats
 
+    window_ms = WINDOW_S * 1000
+    rows_of: dict[tuple[str, int], list[tuple[int, ...]]] = {}
+    spent = 0.0
+    crossed = 0
+    for raw in messages:
+        groups, _late = core.group_batch(core.read_batch(raw.decode(), "requests", []), window_ms, -2**63)
+        t0 = time.perf_counter()
+        rows = signal_rows(list(groups.values())).tolist()
+        for key, row in zip(groups, rows, strict=True):
+            payload = pickle.dumps(tuple(row), protocol=pickle.HIGHEST_PROTOCOL)
+            crossed += len(payload)
+            rows_of.setdefault(key, []).append(pickle.loads(payload))
+        spent += time.perf_counter() - t0
+    out = []
+    t0 = time.perf_counter()
+    for (key, end_ms), rows in rows_of.items():
+        stats = WindowStats()
+        stats.quality_signals = tuple(map(sum, zip(*rows, strict=True)))
+        out.append(signals_record(key, end_ms * 1_000_000, stats, window_ms).encode())
+    return out, spent + time.perf_counter() - t0, crossed
+
+
+def time_quality(messages: list[bytes]) -> dict[str, float]:
+    """The quality job's path: on a tree with the metrics job's quality signals (``stream.read_signals``), reading
+    those (one message per series and window, made from the same request messages, ``quality_signals_of``: its
+    own cost reported as the metrics job's); on an older tree, reading every request record (``read_requests``)."""
+    from infersight.flink_jobs.common.cardinality import LabelLimiter, limits_of
+    from infersight.flink_jobs.quality import stream
+    from infersight.flink_jobs.quality.stream import LABELS, QualityState, merge
+
+    read_signals = getattr(stream, "read_signals", None)
+    metrics_s, metrics_bytes = 0.0, 0
+    if read_signals is None:
+        inputs, read = messages, stream.read_requests
+    else:
+        inputs, metrics_s, metrics_bytes = quality_signals_of(messages)
+        read = read_signals
     limiter = LabelLimiter(limits_of("", LABELS), fields=LABELS)  # the job's default bound, as ReadBatches
     pending: dict[tuple[str, int], Any] = {}
     read_s = merge_s = 0.0
     crossed = 0
-    for raw in messages:
+    for raw in inputs:
         t0 = time.perf_counter()
-        partials, _letters = read_requests(raw, WINDOW_S, fold_of(limiter))
+        partials, _letters = read(raw, WINDOW_S, fold_of(limiter))
         crossing = [pickle.dumps((key, end_ms, n, partial), protocol=pickle.HIGHEST_PROTOCOL)
                     for (key, end_ms), (n, partial) in partials.items()]
         t1 = time.perf_counter()
@@ -105,7 +152,8 @@ def time_quality(messages: list[bytes]) -> dict[str, float]:
         state = states.setdefault(key, QualityState())
         state.close(end_ms // 1000, pending[(key, end_ms)][1])
     return {"read_s": read_s, "merge_s": merge_s, "close_s": time.perf_counter() - t2, "windows": len(pending),
-            "bytes": crossed}
+            "bytes": crossed, "messages": len(inputs), "input_bytes": sum(len(m) for m in inputs),
+            "metrics_s": metrics_s, "metrics_bytes": metrics_bytes}
 
 
 def child(messages_path: str) -> None:
@@ -123,7 +171,12 @@ def child(messages_path: str) -> None:
         "input_bytes_per_request": sum(len(m) for m in messages) / requests,
         "quality_us": (quality["read_s"] + quality["merge_s"] + quality["close_s"]) * us,
         "quality_read_us": quality["read_s"] * us, "quality_merge_us": quality["merge_s"] * us,
-        "quality_close_us": quality["close_s"] * us, "quality_windows": quality["windows"]}))
+        "quality_close_us": quality["close_s"] * us, "quality_windows": quality["windows"],
+        "quality_input_messages": quality["messages"],
+        "quality_input_bytes_per_request": quality["input_bytes"] / requests,
+        # what the metrics job spends on the quality signals (0 on a tree without them)
+        "metrics_signals_us": quality["metrics_s"] * us,
+        "metrics_signals_bytes_per_request": quality["metrics_bytes"] / requests}))
 
 
 # ---- the parent: batches, trees, alternating rounds --------------------------------------------------------

@@ -272,7 +272,7 @@ def main() -> None:
         "steps": rows,
         "quick": args.quick,
         "judge_rate": args.judge_rate,
-        "jobs": names,  # the quality job reads every request and the judged results
+        "jobs": names,  # the quality job reads the metrics job's quality signals and the judged results
         "topology": args.topology,
         "wall_s": round(time.monotonic() - started, 1),
     }

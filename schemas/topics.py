@@ -106,6 +106,14 @@ WINDOW_STATS = Topic(
     description="One value per series, signal and 10 s window: what the detect job reads (never OTLP).",
 )
 
+QUALITY_SIGNALS = Topic(
+    "infersight.quality_signals", "quality-signals record (JSON, schemas.quality_signals: window_end_ms, window_ms, "
+                                  "series, requests, per signal its bin counts)", "none",
+    partitions=3, retention_ms=7 * DAY_MS, producer="flink metrics job",
+    description="Per request series and 10 s window, the every-request drift signals (lengths, TTFT, finish "
+                "reasons, error types) as bin counts: what the quality job reads instead of every request record.",
+)
+
 EVALUATIONS = Topic(
     "infersight.evaluations", "JSON array of evaluation records (schemas.evaluation)", "none",
     partitions=1, retention_ms=7 * DAY_MS, producer="flink normalize job",
@@ -139,5 +147,5 @@ REGION_STATUS = Topic(
 
 ALL_TOPICS: tuple[Topic, ...] = (
     OTLP_SPANS, OTLP_REQUESTS, OTLP_METRICS, REQUESTS, PODS, METRICS, DLQ, LATE, ANOMALIES, QUALITY, ROLLOUT_VERDICTS,
-    WINDOW_STATS, EVALUATIONS, CLIENT_CALLS, GATEWAY_BEACONS, REGION_STATUS,
+    WINDOW_STATS, QUALITY_SIGNALS, EVALUATIONS, CLIENT_CALLS, GATEWAY_BEACONS, REGION_STATUS,
 )

@@ -27,8 +27,8 @@ from infersight.stack import kafka_admin, paths, statefile
 from infersight.stack.errors import StackError
 from infersight.stack.security import java_properties_text, write_private
 
-# job name (as the job sets it) -> module; order matters: normalize feeds metrics, archive and quality, metrics
-# feeds detect.
+# job name (as the job sets it) -> module; order matters: normalize feeds metrics, archive and quality (its judged
+# results), metrics feeds detect (window stats) and quality (the every-request drift signals).
 JOBS = {
     "infersight-normalize": "infersight.flink_jobs.normalize.job",
     "infersight-metrics": "infersight.flink_jobs.metrics.job",

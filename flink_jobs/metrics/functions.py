@@ -25,6 +25,7 @@ from infersight.flink_jobs.common.keys import (
     split_timed_key,
     timed_key,
 )
+from infersight.flink_jobs.common.request_signals import signal_rows
 from infersight.flink_jobs.common.state_ttl import expiring as _expiring  # the states of series that stopped expire
 from infersight.flink_jobs.common.windows import fired
 from infersight.flink_jobs.metrics import client_join, core
@@ -58,7 +59,10 @@ class _Folding:
 
 class PreAggregate(ProcessFunction):
     """A batch of records (one ``infersight.requests`` message) -> one ``(timed_key(series, window end), window end
-    ms, facts)`` per series and window in it (``fact_of``: only what the window needs); records whose
+    ms, [(facts, signals)])`` per series and window in it (``fact_of``: only what the window needs; ``signals``: the
+    group's quality-signals row, ``request_signals.signal_rows``, binned for the whole batch at once, what the
+    window adds up for ``infersight.quality_signals``; a one-item list, as a pod group's, for ``WindowGroups``'
+    flattening); records whose
     window ended more than ``catchup_ms`` before the watermark go to the late output whole, as ``(series key,
     None, records)`` per series. A group whose window is behind the watermark but within the bound (a delayed
     region's backlog) is a catch-up group: it also carries its records (JSON, cheap to carry) for the late
@@ -96,11 +100,13 @@ class PreAggregate(ProcessFunction):
                 yield self.dlq_tag, letter
         for key, group in late.items():
             yield self.late_tag, (key, None, group)
-        for (key, end_ms), group in groups.items():
+        rows = signal_rows(list(groups.values())).tolist()  # the quality signals: one numpy pass per batch
+        for ((key, end_ms), group), row in zip(groups.items(), rows, strict=True):
+            payload = [([fact_of(record) for record in group], tuple(row))]
             if catchup_ms and fired(end_ms, watermark):  # a catch-up group: its records ride along for the late path
-                yield timed_key(key, end_ms), end_ms, [fact_of(record) for record in group], dump_batch(group)
+                yield timed_key(key, end_ms), end_ms, payload, dump_batch(group)
             else:
-                yield timed_key(key, end_ms), end_ms, [fact_of(record) for record in group]
+                yield timed_key(key, end_ms), end_ms, payload
 
 
 class PreAggregatePods(ProcessFunction):
@@ -148,9 +154,9 @@ _FIRED = -1  # WindowGroups' status of a window that has fired (else: None, or a
 class WindowGroups(KeyedProcessFunction):
     """Per (key, window): the groups (lists) in list state until the watermark passes the window's end,
     then ``(key, window end ns, reduce(every item))`` stamped with the window's last millisecond (as a
-    Flink window's result is). For requests the items are facts and ``reduce`` builds the WindowStats:
-    keeping facts rather than an incremental aggregate, because updating a sketch accumulator in state
-    re-pickles five sketches (~20 KB) per update.
+    Flink window's result is). For requests the items are (facts, quality-signals row) per group and ``reduce``
+    (``window_of_groups``) builds the WindowStats with the rows' sum: keeping facts rather than an incremental
+    aggregate, because updating a sketch accumulator in state re-pickles five sketches (~20 KB) per update.
 
     Catch-up windows (``catchup_quiet_ms`` > 0): a key whose window is already behind the watermark when a group
     arrives (a delayed region's backlog, let through by ``PreAggregate``'s bound) fires on a processing-time
@@ -529,6 +535,21 @@ class WindowStatsRecords:
             out = D.pod_record(key, end_ns, window.stats())
             if out is not None:
                 yield out
+
+
+class QualitySignalRecords:
+    """Regional request windows (``(key, end ns, WindowStats)``) -> their quality-signals JSON record for the quality
+    job (``quality_signals``); a picklable callable for ``flat_map``."""
+
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
+
+    def __call__(self, t: Any):
+        from infersight.flink_jobs.metrics.quality_signals import signals_record
+
+        out = signals_record(t[0], t[1], t[2], self.window_ms)
+        if out is not None:
+            yield out
 
 
 # ---- the client TTFT join (issue #22): client_join is the pure part ----

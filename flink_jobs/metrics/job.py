@@ -14,6 +14,10 @@ Pod gauges and cost (from a pricing file) roll up per deployment (region, model,
 region over deployments, per deployment over regions and over everything, per window.
 Counters and histograms are cumulative per series (kept in keyed state, so checkpointed), each point
 stamped with its window's end. Sinks are transactional (exactly-once with checkpoints).
+Per regional series and window it also writes the detectors' window statistics (``infersight.window_stats``) and
+the quality job's every-request drift signals as bin counts (``infersight.quality_signals``,
+``schemas.quality_signals``; on-time and catch-up windows, each stamped with its window's last millisecond), so
+neither of those jobs reads every request record.
 Client calls (issue #22, ``infersight.client_calls``): each client half is joined by trace with the server half
 of the request it called (``client_join``), and the client's TTFT published per region and model (the server
 record's) as ``infersight.client.time_to_first_token``; calls with no request within the timeout are counted
@@ -27,7 +31,7 @@ from __future__ import annotations
 import argparse
 
 from infersight.flink_jobs.metrics import client_join, core
-from infersight.schemas.topics import CLIENT_CALLS, DLQ, LATE, METRICS, PODS, REQUESTS, WINDOW_STATS
+from infersight.schemas.topics import CLIENT_CALLS, DLQ, LATE, METRICS, PODS, QUALITY_SIGNALS, REQUESTS, WINDOW_STATS
 from infersight.schemas.units import MS
 
 JOB = core.JOB
@@ -42,7 +46,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
           window_stats_topic: str = WINDOW_STATS.name, start_ms: int | None = None,
           client_calls_topic: str = CLIENT_CALLS.name, client_timeout_s: float = client_join.DEFAULT_TIMEOUT_S,
           client_tolerance_s: float = client_join.DEFAULT_TOLERANCE_S, catchup_s: float = CATCHUP_S,
-          catchup_quiet_s: float = CATCHUP_QUIET_S) -> None:
+          catchup_quiet_s: float = CATCHUP_QUIET_S, quality_signals_topic: str = QUALITY_SIGNALS.name) -> None:
     from pyflink.common import Time, Types, WatermarkStrategy
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -51,7 +55,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     from infersight.flink_jobs.common.cardinality import GAUGE_LABELS, REQUEST_LABELS, limits_of
     from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source
     from infersight.flink_jobs.metrics import functions as F
-    from infersight.flink_jobs.metrics.window_stats import window_of_facts
+    from infersight.flink_jobs.metrics.window_stats import window_of_groups
 
     window_ms = int(window_s * 1000)
     span_ms = int(label_span_s * 1000)
@@ -81,7 +85,7 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                        output_type=pickled())
               .name("pre-aggregate"))
     on_time = (groups.key_by(F.first, key_type=Types.STRING())
-               .process(F.WindowGroups(window_of_facts, quiet_ms, catchup_ttl_s, OutputTag("late", pickled()),
+               .process(F.WindowGroups(window_of_groups, quiet_ms, catchup_ttl_s, OutputTag("late", pickled()),
                                        OutputTag("catchup", pickled())), output_type=pickled())
                .name("regional-windows"))
     catchup = on_time.get_side_output(catchup_tag)  # no event timestamp of their windows: kept out of Flink windows
@@ -146,12 +150,23 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     # ---- window stats for the detect job: one record per series (and deployment) and window ----
     # (their Kafka timestamps are the detect job's event time: a catch-up window is stamped with its window's end,
     # as an on-time one is by its event-time timer; no watermarks needed past this point, a sink)
-    stamped_catchup = catchup.union(pod_catchup).assign_timestamps_and_watermarks(
-        WatermarkStrategy.no_watermarks().with_timestamp_assigner(F.WindowEndStamp()))
-    (on_time.union(pod_on_time, stamped_catchup)
+    def stamped(results):
+        return results.assign_timestamps_and_watermarks(
+            WatermarkStrategy.no_watermarks().with_timestamp_assigner(F.WindowEndStamp()))
+
+    stamped_catchup = stamped(catchup)
+    (on_time.union(pod_on_time, stamped_catchup, stamped(pod_catchup))
      .flat_map(F.WindowStatsRecords(window_s), output_type=Types.STRING())
      .name("window-stats").sink_to(kafka_sink(brokers, window_stats_topic, group_id, exactly_once=exactly_once))
      .name(WINDOW_STATS.name))
+
+    # ---- quality signals for the quality job: per regional request series and window, the every-request drift
+    # signals' bin counts (so it never reads every request record); stamped as the window stats ----
+    (on_time.union(stamped_catchup)
+     .flat_map(F.QualitySignalRecords(window_ms), output_type=Types.STRING())
+     .name("quality-signals")
+     .sink_to(kafka_sink(brokers, quality_signals_topic, group_id, exactly_once=exactly_once))
+     .name(QUALITY_SIGNALS.name))
 
     metrics_sink = kafka_sink(brokers, METRICS.name, group_id, ByteArraySchema(), exactly_once)
     series_out.union(late_out, pod_out, unit_out, client_out, late_tokens).sink_to(metrics_sink).name(METRICS.name)
@@ -203,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods-topic", default=PODS.name, help="read pod gauges from this topic")
     parser.add_argument("--window-stats-topic", default=WINDOW_STATS.name,
                         help="write the detectors' window statistics to this topic")
+    parser.add_argument("--quality-signals-topic", default=QUALITY_SIGNALS.name,
+                        help="write the quality job's every-request drift signals (per series and window) to this "
+                             "topic")
     parser.add_argument("--client-calls-topic", default=CLIENT_CALLS.name,
                         help="read the client and server halves of called requests from this topic (issue #22)")
     parser.add_argument("--client-join-timeout-s", type=float, default=client_join.DEFAULT_TIMEOUT_S,
@@ -229,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
           requests_topic=args.requests_topic, pods_topic=args.pods_topic, window_stats_topic=args.window_stats_topic,
           start_ms=args.start_ms, client_calls_topic=args.client_calls_topic,
           client_timeout_s=args.client_join_timeout_s, client_tolerance_s=args.client_join_tolerance_s,
-          catchup_s=args.catchup_s, catchup_quiet_s=args.catchup_quiet_s)
+          catchup_s=args.catchup_s, catchup_quiet_s=args.catchup_quiet_s,
+          quality_signals_topic=args.quality_signals_topic)
     env.execute(JOB)
 
 

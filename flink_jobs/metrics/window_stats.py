@@ -120,15 +120,19 @@ class Distribution:
 
 
 class WindowStats:
-    """Everything the metrics job reports for one series (or the roll-up) in one window."""
+    """Everything the metrics job reports for one series (or the roll-up) in one window. A regional window also
+    carries its quality signals (``quality_signals``: the ``request_signals`` row of its requests, for
+    ``infersight.quality_signals``; None elsewhere: ``merge`` leaves them out, roll-ups and running totals have
+    none)."""
 
-    __slots__ = ("requests", "errors", "tokens", "dists")
+    __slots__ = ("requests", "errors", "tokens", "dists", "quality_signals")
 
     def __init__(self) -> None:
         self.requests = 0
         self.errors: dict[str, int] = {}
         self.tokens = {"input": 0, "output": 0, "cached": 0}
         self.dists = {name: Distribution(bounds) for name, (_, bounds) in DISTRIBUTIONS.items()}
+        self.quality_signals: tuple[int, ...] | None = None
 
     def add(self, record: dict[str, Any]) -> WindowStats:
         return self.add_fact(fact_of(record))
@@ -179,6 +183,27 @@ def window_of_facts(facts: Iterable[Fact]) -> WindowStats:
                 continue
             seen.add(identity)
         stats.add_fact(fact)
+    return stats
+
+
+def window_of_groups(groups: Iterable[Any]) -> WindowStats:
+    """A request window from its groups (``functions.PreAggregate``'s payload items: ``(facts, signals row)``
+    each): ``window_of_facts`` of every fact, and the rows added as its ``quality_signals``. A bare fact (a group
+    kept in state by a job from before the quality signals) counts as a fact, and leaves the window without
+    signals (none rather than part of them)."""
+    facts: list[Fact] = []
+    rows: list[tuple[int, ...]] = []
+    bare = False
+    for item in groups:
+        if len(item) == 2:
+            facts.extend(item[0])
+            rows.append(item[1])
+        else:
+            facts.append(item)
+            bare = True
+    stats = window_of_facts(facts)
+    if rows and not bare:
+        stats.quality_signals = rows[0] if len(rows) == 1 else tuple(map(sum, zip(*rows, strict=True)))
     return stats
 
 

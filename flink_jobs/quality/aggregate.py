@@ -1,18 +1,20 @@
 """Records into the engine's window aggregates: evaluation records (``schemas.evaluation``, from
-``infersight.evaluations``) and request records (``infersight.requests`` batches) -> one ``WindowAggregate`` per
-(window end, series). Pure; what the quality job's window operator runs before ``Engine.close_window``."""
+``infersight.evaluations``) and request records (``infersight.requests`` batches: the reference path; the job reads
+the metrics job's quality signals, binned by ``common.request_signals`` as ``series_aggregates`` bins records) ->
+one ``WindowAggregate`` per (window end, series). Pure; what the quality job's window operator runs before
+``Engine.close_window``."""
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 import numpy as np
 
+from infersight.flink_jobs.common.request_signals import category, error_kind, signal_rows, signals_of
 from infersight.flink_jobs.quality.core import Series, WindowAggregate
-from infersight.flink_jobs.quality.drift import Histogram, bin_index
+from infersight.flink_jobs.quality.drift import Histogram
 from infersight.flink_jobs.quality.estimates import EvaluatorWindow
 from infersight.schemas.quality import DRIFT_SIGNAL_BY_NAME, ERROR_TYPES, FINISH_REASONS, score_signal
 from infersight.schemas.units import NS
@@ -52,27 +54,8 @@ def add_evaluations(aggs: Aggregates, records: Iterable[dict[str, Any]], window_
     return unscored
 
 
-def _category(values: list[Any], categories: tuple[str, ...], none_as: str) -> np.ndarray:
-    index = {c: i for i, c in enumerate(categories)}
-    other = index["other"]
-    return np.array([index.get(v if v is not None else none_as, other) for v in values])
-
-
-def _error_kind(error_type: str | None) -> str | None:
-    """An error type (an exception's class name, an HTTP status, a code) folded into ``ERROR_TYPES``."""
-    if error_type is None:
-        return None
-    return _error_kind_of(str(error_type))
-
-
-@functools.lru_cache(maxsize=4096)  # a few distinct error types, every request of a failing series asks again
-def _error_kind_of(error_type: str) -> str:
-    e = error_type.lower()
-    for kind, marks in (("timeout", ("timeout", "deadline")), ("cancelled", ("cancel",)),
-                        ("server", ("5", "server", "internal")), ("client", ("4", "client", "invalid"))):
-        if any(e.startswith(m) if len(m) == 1 else m in e for m in marks):
-            return kind
-    return "other"
+_category = category  # (the names this module has always used)
+_error_kind = error_kind
 
 
 def add_requests(aggs: Aggregates, records: Iterable[dict[str, Any]], window_s: int = 10) -> None:
@@ -109,29 +92,15 @@ def add_series_requests(agg: WindowAggregate, recs: list[dict[str, Any]]) -> Non
 
 def series_aggregates(groups: list[list[dict[str, Any]]]) -> list[WindowAggregate]:
     """``add_series_requests`` into a fresh aggregate per group, for all of a batch's groups at once: each signal
-    binned in one numpy pass over the batch and counted per group with one ``bincount`` of (group, bin) — the
-    same counts and sample numbers, without a numpy call per group and signal (a batch has a group per window
-    and series)."""
-    records = [r for recs in groups for r in recs]
-    sizes = np.array([len(recs) for recs in groups])
-    group = np.repeat(np.arange(len(groups)), sizes)
-    ttft_values = [r.get("ttft_s") for r in records]
-    has_ttft = np.array([v is not None for v in ttft_values], dtype=bool)
-    columns = {
-        "tokens_in": (np.array([r.get("tokens_in") or 0 for r in records], dtype=float), None),
-        "tokens_out": (np.array([r.get("tokens_out") or 0 for r in records], dtype=float), None),
-        "ttft": (np.array([v for v in ttft_values if v is not None], dtype=float), has_ttft),
-        "finish_reason": (_category([r.get("finish_reason") for r in records], FINISH_REASONS, "other"), None),
-        "error_type": (_category([_error_kind(r.get("error_type")) for r in records], ERROR_TYPES, "none"), None),
-    }
-    out = [WindowAggregate() for _ in groups]
-    for name, (values, mask) in columns.items():
-        signal = DRIFT_SIGNAL_BY_NAME[name]
-        of_group = group if mask is None else group[mask]
-        counts = np.bincount(of_group * signal.bins + bin_index(signal, values),
-                             minlength=len(groups) * signal.bins).astype(float).reshape(len(groups), signal.bins)
-        samples = np.bincount(of_group, minlength=len(groups))
-        for g, agg in enumerate(out):
-            agg.histograms[name] = Histogram(counts[g].copy(), int(samples[g]))
-    return out
+    binned in one numpy pass over the batch and counted per group (``request_signals.signal_rows``, what the metrics
+    job publishes per series and window) — the same counts and sample numbers, without a numpy call per group and
+    signal (a batch has a group per window and series)."""
+    return [aggregate_of_row(row) for row in signal_rows(groups)]
 
+
+def aggregate_of_row(row: Any) -> WindowAggregate:
+    """A window aggregate holding the every-request signals of one ``request_signals`` row."""
+    agg = WindowAggregate()
+    for name, (n, counts) in signals_of(row).items():
+        agg.histograms[name] = Histogram(np.asarray(counts, dtype=float), n)
+    return agg

@@ -29,7 +29,10 @@ import numpy as np
 from scipy import special, stats
 from scipy.spatial.distance import jensenshannon
 
+from infersight.flink_jobs.common.request_signals import bin_index
 from infersight.schemas.quality import DriftSignal
+
+__all__ = ["Alarm", "DriftParams", "Histogram", "SignalDrift", "bin_index", "distances", "drift_event"]
 
 DAY_S = 86_400
 
@@ -55,16 +58,6 @@ class Histogram:
     def add(self, other: Histogram) -> None:
         self.counts = self.counts + other.counts
         self.n += other.n
-
-
-def bin_index(signal: DriftSignal, values: np.ndarray) -> np.ndarray:
-    """Each value's bin (categorical: its category index); the last edge may be +inf, and values are clipped
-    into the outer bins so nothing falls outside."""
-    values = np.asarray(values, dtype=float)
-    if signal.categories:
-        return values.astype(int)
-    edges = np.asarray(signal.edges, dtype=float)
-    return np.clip(np.searchsorted(edges, values, side="right") - 1, 0, signal.bins - 1)
 
 
 @functools.cache

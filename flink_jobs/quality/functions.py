@@ -1,8 +1,8 @@
-"""PyFlink wiring of the quality job: request and evaluation batches read into per-key, per-window partials
-(``ReadBatches``, one per source), then one keyed engine per (region, model) that closes its windows in window
-order when the watermark passes them (``QualityWindows``). The logic is ``stream``'s; this module keeps state,
-timers and Flink metrics. Its own module so Flink pickles the functions by reference (the job module runs as
-``__main__`` under ``flink run``)."""
+"""PyFlink wiring of the quality job: the metrics job's quality signals and evaluation batches read into per-key,
+per-window partials (``ReadBatches``, one per source), then one keyed engine per (region, model) that closes its
+windows in window order when the watermark passes them (``QualityWindows``). The logic is ``stream``'s; this module
+keeps state, timers and Flink metrics. Its own module so Flink pickles the functions by reference (the job module
+runs as ``__main__`` under ``flink run``)."""
 
 from __future__ import annotations
 
@@ -28,23 +28,26 @@ from infersight.flink_jobs.quality.stream import (
     output_key,
     read_evaluations,
     read_requests,
+    read_signals,
 )
 
-REQUESTS_KIND, EVALUATIONS_KIND = "requests", "evaluations"
+SIGNALS_KIND, EVALUATIONS_KIND, REQUESTS_KIND = "signals", "evaluations", "requests"
+KINDS = (SIGNALS_KIND, EVALUATIONS_KIND, REQUESTS_KIND)
 
 
 class ReadBatches(ProcessFunction):
-    """One message of ``infersight.requests`` (``kind`` "requests") or ``infersight.evaluations`` ("evaluations")
-    -> one ``(engine key, window end ms, records, partial)`` per key and window in it; dead letters on
-    ``dlq_tag`` (a message that is not a JSON batch, each record breaking the contract, or a message the
-    aggregation failed on: never a crash loop). Labels past their cardinality bound are folded into ``_OTHER``
-    (Flink counters ``folded_<label>``). One element per key and window, not per record: PyFlink pays per
-    element."""
+    """One message of ``infersight.quality_signals`` (``kind`` "signals": the metrics job's per series and window),
+    ``infersight.evaluations`` ("evaluations") or request records (``infersight.requests``, "requests": the
+    reference path, not wired in the job) -> one ``(engine key, window end ms, requests or results, partial)`` per
+    key and window in it; dead letters on ``dlq_tag`` (a message that is not JSON, each record breaking the
+    contract, or a message the aggregation failed on: never a crash loop). Labels past their cardinality bound are
+    folded into ``_OTHER`` (Flink counters ``folded_<label>``). One element per key and window, not per record:
+    PyFlink pays per element."""
 
     def __init__(self, kind: str, window_s: int, dlq_tag: Any, topic: str, limits: dict[str, int] | None = None,
                  span_ms: int = DEFAULT_SPAN_MS) -> None:
-        if kind not in (REQUESTS_KIND, EVALUATIONS_KIND):
-            raise ValueError(f"kind must be {REQUESTS_KIND!r} or {EVALUATIONS_KIND!r}, got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.kind, self.window_s, self.dlq_tag, self.topic = kind, int(window_s), dlq_tag, topic
         self.limits, self.span_ms = limits, span_ms
 
@@ -60,6 +63,9 @@ class ReadBatches(ProcessFunction):
         limiter = self.limiter
         fold = None if limiter is None else limiter.batch_fold(now_ms)
         try:
+            if self.kind == SIGNALS_KIND:
+                partials, letters = read_signals(value, self.window_s, fold, self.topic)
+                return partials, letters, 0
             if self.kind == REQUESTS_KIND:
                 partials, letters = read_requests(value, self.window_s, fold, self.topic)
                 return partials, letters, 0

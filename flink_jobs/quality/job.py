@@ -1,14 +1,16 @@
-"""The quality job: request records (``infersight.requests``: every request's lengths, TTFT, finish reason and
-error type) and evaluation records (``infersight.evaluations``: sampled judge and guardrail results with their
-sample rates) -> per (region, model) and event-time window the engine of ``core`` (weighted estimates per
-evaluator, the composite, drift of every signal against the baseline) -> quality records and drift events as
-JSON on ``infersight.quality`` (keyed ``region|model|version|track``), the estimates, distances and alarms on
+"""The quality job: the metrics job's quality signals (``infersight.quality_signals``: per request series and 10 s
+window, the bin counts of every request's lengths, TTFT, finish reason and error type; the job never reads the
+request records themselves) and evaluation records (``infersight.evaluations``: sampled judge and guardrail results
+with their sample rates) -> per (region, model) and event-time window the engine of ``core`` (weighted estimates per
+evaluator, the composite, drift of every signal against the baseline) -> quality records and drift events as JSON on
+``infersight.quality`` (keyed ``region|model|version|track``), the estimates, distances and alarms on
 ``infersight.metrics`` (to Prometheus through the sink), dead letters on ``infersight.dlq``.
 
 Windows close in order when the watermark (the slower source's) passes them; both sources have the quiet-traffic
-watermarks, so the last windows close in a quiet pipeline. Exactly once with checkpoints: the engines are keyed
-state (expiring with ``--state-ttl-s``), the sinks are transactional. The record sink is declared in SQL because
-only the SQL Kafka connector writes a record key from a field from Python.
+watermarks, so the last windows close in a quiet pipeline. A signals record is stamped with its metrics window's last
+millisecond: the quality window (``--window-s``, a multiple of the metrics job's) is a whole number of them. Exactly
+once with checkpoints: the engines are keyed state (expiring with ``--state-ttl-s``), the sinks are transactional.
+The record sink is declared in SQL because only the SQL Kafka connector writes a record key from a field from Python.
 
 Run: ``python -m infersight.flink_jobs.quality.job --brokers HOST:PORT --jars <connector jar URLs>``."""
 
@@ -21,7 +23,7 @@ from infersight.flink_jobs.quality.core import EngineParams
 from infersight.flink_jobs.quality.drift import DAY_S, DriftParams
 from infersight.flink_jobs.quality.stream import JOB
 from infersight.schemas.quality import BASELINE_KINDS
-from infersight.schemas.topics import DLQ, EVALUATIONS, METRICS, QUALITY, REQUESTS
+from infersight.schemas.topics import DLQ, EVALUATIONS, METRICS, QUALITY, QUALITY_SIGNALS
 
 DAY_BUCKET_S = 900  # the previous-day baseline's buckets: 15 minutes (the engine's own default is 5)
 MAX_SERIES = 50  # versions x tracks tracked per model and region
@@ -30,7 +32,7 @@ MAX_SERIES = 50  # versions x tracks tracked per model and region
 def build(env, brokers: str, group_id: str, params: EngineParams, window_s: int, out_of_orderness_s: float,
           idle_s: float, quiet_s: float, start_ms: int | None = None, max_label_values: str = "",
           label_span_s: float = 3600.0, state_ttl_s: float = 0.0, pinned: str | None = None,
-          requests_topic: str = REQUESTS.name, evaluations_topic: str = EVALUATIONS.name,
+          signals_topic: str = QUALITY_SIGNALS.name, evaluations_topic: str = EVALUATIONS.name,
           quality_topic: str = QUALITY.name, exactly_once: bool = True):
     """The job's graph on ``env``; returns the statement set that writes the records (attached to ``env``)."""
     from pyflink.common import Types
@@ -56,11 +58,11 @@ def build(env, brokers: str, group_id: str, params: EngineParams, window_s: int,
         return source.process(F.ReadBatches(kind, window_s, OutputTag("dlq", Types.STRING()), topic, limits,
                                             span_ms), output_type=Types.PICKLED_BYTE_ARRAY()).name(f"read-{kind}")
 
-    requests, evaluations = read(requests_topic, F.REQUESTS_KIND), read(evaluations_topic, F.EVALUATIONS_KIND)
-    (requests.get_side_output(OutputTag("dlq", Types.STRING()))
+    signals, evaluations = read(signals_topic, F.SIGNALS_KIND), read(evaluations_topic, F.EVALUATIONS_KIND)
+    (signals.get_side_output(OutputTag("dlq", Types.STRING()))
      .union(evaluations.get_side_output(OutputTag("dlq", Types.STRING())))
      .sink_to(kafka_sink(brokers, DLQ.name, group_id, exactly_once=exactly_once)).name(DLQ.name))
-    out = (requests.union(evaluations).key_by(F.engine_key_of, key_type=Types.STRING())
+    out = (signals.union(evaluations).key_by(F.engine_key_of, key_type=Types.STRING())
            .process(F.QualityWindows(params, state_ttl_s, pinned), output_type=Types.PICKLED_BYTE_ARRAY())
            .name("quality"))
     (out.filter(F.is_tag("metrics")).map(F.second, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
@@ -116,7 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state-ttl-s", type=float, default=float(DAY_S + 7200),
                         help="a model silent in a region this long loses its engine (baselines included): keyed "
                              "state stays bounded; keep it over a day for the previous-day baseline. 0: never")
-    parser.add_argument("--requests-topic", default=REQUESTS.name)
+    parser.add_argument("--signals-topic", default=QUALITY_SIGNALS.name,
+                        help="the every-request drift signals per request series and window, as the metrics job "
+                             "writes them (its --quality-signals-topic); this job never reads the request records")
     parser.add_argument("--evaluations-topic", default=EVALUATIONS.name)
     parser.add_argument("--quality-topic", default=QUALITY.name)
     add_quiet_option(parser)
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     build(env, args.brokers, args.group_id, engine_params(args), args.window_s, args.out_of_orderness_s,
           args.idle_s, args.quiet_s, start_ms=args.start_ms, max_label_values=args.max_label_values,
           label_span_s=args.label_span_s, state_ttl_s=args.state_ttl_s, pinned=args.pinned,
-          requests_topic=args.requests_topic, evaluations_topic=args.evaluations_topic,
+          signals_topic=args.signals_topic, evaluations_topic=args.evaluations_topic,
           quality_topic=args.quality_topic)
     env.execute(JOB)
 

@@ -1,12 +1,17 @@
-"""The quality job's logic without PyFlink: request and evaluation batches in, per (region, model) key and
-window the series' partial ``WindowAggregate``s out (``read_requests``/``read_evaluations``, with dead letters
-for what breaks the contract); per key, an ``Engine`` closing those windows in window order, its quality records
-and drift events as JSON and its estimates, distances and alarms as OTLP metrics (``QualityState``). Plain
-state, pickled by the job into keyed state.
+"""The quality job's logic without PyFlink: the metrics job's quality signals (``infersight.quality_signals``: per
+request series and metrics window, the every-request drift signals as bin counts) and evaluation batches in, per
+(region, model) key and window the series' partial ``WindowAggregate``s out (``read_signals``/``read_evaluations``,
+with dead letters for what breaks the contract); per key, an ``Engine`` closing those windows in window order, its
+quality records and drift events as JSON and its estimates, distances and alarms as OTLP metrics (``QualityState``).
+Plain state, pickled by the job into keyed state.
 
 The key is (region, model): one engine sees every version and track of a model in a region, so the stable
 track is at hand as a canary's baseline (``core``). A partial is ``{Series: WindowAggregate}`` of one key and
-window; partials of the same window merge by addition, whatever the batching."""
+window; partials of the same window merge by addition, whatever the batching.
+
+``read_requests`` makes the same request partials from request records themselves (``infersight.requests``
+batches): what the job read before the metrics job published the signals (issue #17), kept as the reference the
+signals are tested against (``tests/unit/test_quality_signals.py``) and for reading archived or replayed records."""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from infersight.flink_jobs.common.deadletter import dead_letter, json_of
 from infersight.flink_jobs.common.keys import join_fields
@@ -24,9 +31,11 @@ from infersight.flink_jobs.quality.drift import Histogram
 from infersight.schemas import pipeline as P
 from infersight.schemas.evaluation import validate as evaluation_problems
 from infersight.schemas.quality import DRIFT_SIGNAL_BY_NAME, GUARDRAILS
+from infersight.schemas.quality_signals import REQUEST_SIGNALS
+from infersight.schemas.quality_signals import problems as signal_problems
 from infersight.schemas.records import parse_batch, record_problems
-from infersight.schemas.topics import EVALUATIONS, REQUESTS
-from infersight.schemas.units import NS
+from infersight.schemas.topics import EVALUATIONS, QUALITY_SIGNALS, REQUESTS
+from infersight.schemas.units import MS, NS
 
 JOB = "infersight-quality"
 OUTPUT_KEY_SEP = "|"  # infersight.quality's record key: region|model|version|track
@@ -89,7 +98,8 @@ def _partials(valid: list[dict[str, Any]], time_field: str, window_s: int,
 def read_requests(value: str | bytes, window_s: int, fold: Fold | None = None,
                   topic: str = REQUESTS.name) -> tuple[Partials, list[str]]:
     """One ``infersight.requests`` message -> its partials (every-request drift signals) and dead letters: one
-    for a message that is not a JSON batch, one per record breaking the contract (``record_problems``)."""
+    for a message that is not a JSON batch, one per record breaking the contract (``record_problems``). The job
+    itself reads the metrics job's signals instead (``read_signals``: the same partials, per window)."""
     letters: list[str] = []
     valid = []
     for item in _batch(value, topic, letters):
@@ -121,6 +131,40 @@ def _request_partials(valid: list[dict[str, Any]], window_s: int) -> Partials:
         partial[Series(region, model, version, track)] = agg
         out[out_key] = (n + len(recs), partial)
     return out
+
+
+def read_signals(value: str | bytes, window_s: int, fold: Fold | None = None,
+                 topic: str = QUALITY_SIGNALS.name) -> tuple[Partials, list[str]]:
+    """One ``infersight.quality_signals`` message (the metrics job's every-request drift signals of one request series
+    and metrics window, ``schemas.quality_signals``; an array of such records is read too) -> its partials: the
+    signals' histograms under the quality series (the metrics series without its engine), in the quality window
+    holding the metrics window, exactly what ``read_requests`` makes of that window's request records. Dead letters:
+    a message that is not JSON, a record ``schemas.quality_signals.problems`` rejects, and a metrics window that
+    straddles two quality windows (``--window-s`` must hold whole metrics windows: a multiple of the metrics job's
+    ``--window-s``)."""
+    letters: list[str] = []
+    out: Partials = {}
+    for item in _batch(value, topic, letters):
+        problems = signal_problems(item)
+        if not problems:
+            end_ms, window_ms = item["window_end_ms"], item["window_ms"]
+            end_s = window_end_s((end_ms - window_ms) * MS, window_s)  # the window of its first possible request
+            if end_s != window_end_s(end_ms * MS - 1, window_s):  # ... and of its last
+                problems = [f"window_ms: the metrics window [{end_ms - window_ms}, {end_ms}) ms straddles two quality "
+                            f"windows of {window_s} s (the quality job's --window-s must be a multiple of the metrics "
+                            f"job's)"]
+        if problems:
+            letters.append(_letter(item, problems, topic))
+            continue
+        rec = fold(item) if fold is not None else item
+        series = Series(rec["region"], rec["model"], rec["model_version"], rec["track"])
+        agg = WindowAggregate(histograms={name: Histogram(np.asarray(rec["signals"][name]["counts"], dtype=float),
+                                                          rec["signals"][name]["n"]) for name in REQUEST_SIGNALS})
+        key = (engine_key(series.region, series.model), end_s * 1000)
+        n, partial = out.get(key) or (0, {})
+        partial[series] = partial[series].merge(agg) if series in partial else agg
+        out[key] = (n + rec["requests"], partial)
+    return out, letters
 
 
 def read_evaluations(value: str | bytes, window_s: int, fold: Fold | None = None,

@@ -6,7 +6,6 @@ timers) stands for Flink's, as in ``test_quality_functions.py``. The real stack 
 from __future__ import annotations
 
 import json
-import pickle
 from collections import Counter
 
 import orjson
@@ -17,9 +16,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from infersight.flink_jobs.common import keys
 from infersight.flink_jobs.metrics import core, job
 from infersight.flink_jobs.metrics import functions as F
-from infersight.flink_jobs.metrics.window_stats import WindowStats, window_of, window_of_facts
+from infersight.flink_jobs.metrics.window_stats import WindowStats, window_of, window_of_groups
 from infersight.schemas import pipeline as P
 from infersight.schemas.units import MS
+from tests.support.keyed_runtime import Runtime
 from tests.support.sample_requests import sample_records
 
 W_MS = 10_000
@@ -28,107 +28,6 @@ T0_MS = 1_790_000_000_000  # a window boundary
 QUIET_MS = 5_000
 A, B, C = "us-east-1", "eu-west-1", "ap-southeast-1"
 LATE, CATCHUP, DLQ = "late", "catchup", "dlq"
-
-
-# ---- a fake keyed runtime: state per key, timers, counters ----
-
-class _Counter:
-    def __init__(self):
-        self.n = 0
-
-    def inc(self, n=1):
-        self.n += n
-
-
-class _Value:
-    def __init__(self, runtime, name):
-        self.runtime, self.name = runtime, name
-
-    def value(self):
-        return self.runtime.scope().get(self.name)
-
-    def update(self, v):
-        self.runtime.scope()[self.name] = pickle.loads(pickle.dumps(v))  # a copy, as a state backend keeps
-
-    def clear(self):
-        self.runtime.scope().pop(self.name, None)
-
-
-class _List(_Value):
-    def add(self, v):
-        self.runtime.scope().setdefault(self.name, []).append(pickle.loads(pickle.dumps(v)))
-
-    def get(self):
-        return list(self.runtime.scope().get(self.name, []))
-
-
-class Runtime:
-    """One (keyed) operator: its RuntimeContext, its Context and TimerService, and its timers' firing."""
-
-    def __init__(self, fn, key_of=None):
-        self.fn, self.key_of = fn, key_of
-        self.store, self.key, self.timers, self.counters = {}, None, set(), {}
-        self.watermark, self.now = -(2**63), 0
-        fn.open(self)
-
-    # RuntimeContext
-    def get_state(self, descriptor):
-        return _Value(self, descriptor.name)
-
-    def get_list_state(self, descriptor):
-        return _List(self, descriptor.name)
-
-    def get_metrics_group(self):
-        return self
-
-    def counter(self, name):
-        return self.counters.setdefault(name, _Counter())
-
-    # Context, TimerService
-    def timer_service(self):
-        return self
-
-    def current_watermark(self):
-        return self.watermark
-
-    def current_processing_time(self):
-        return self.now
-
-    def register_event_time_timer(self, t):
-        self.timers.add(("event", t, self.key))
-
-    def register_processing_time_timer(self, t):
-        self.timers.add(("proc", t, self.key))
-
-    def delete_processing_time_timer(self, t):
-        self.timers.discard(("proc", t, self.key))
-
-    def get_current_key(self):
-        return self.key
-
-    def scope(self):
-        return self.store.setdefault(self.key, {})
-
-    def send(self, value):
-        self.key = self.key_of(value) if self.key_of else None
-        return list(self.fn.process_element(value, self) or ())
-
-    def advance(self, watermark=None, now=None):
-        """Moves event or processing time on and fires the due timers, in time order (Flink's rule: an event-time
-        timer fires once the watermark reaches it)."""
-        if watermark is not None:
-            self.watermark = max(self.watermark, watermark)
-        if now is not None:
-            self.now = max(self.now, now)
-        out = []
-        while True:
-            due = sorted(t for t in self.timers
-                         if t[1] <= (self.watermark if t[0] == "event" else self.now))
-            if not due:
-                return out
-            self.timers.discard(due[0])
-            self.key = due[0][2]
-            out += list(self.fn.on_timer(due[0][1], self) or ())
 
 
 def _tagged(out, tag):
@@ -173,8 +72,8 @@ def test_records_behind_the_watermark_within_the_bound_are_grouped_and_older_one
     assert set(groups) == {_end(20), _end(101)}
     catchup, fresh = groups[_end(20)], groups[_end(101)]
     assert catchup[0] == keys.timed_key(keys.series_key(within[0]), _end(20))
-    assert window_of_facts(catchup[2]).requests == 30 and json.loads(catchup[3]) == within  # the records ride along
-    assert len(fresh) == 3 and window_of_facts(fresh[2]).requests == 10  # on time: the element it always was
+    assert window_of_groups(catchup[2]).requests == 30 and json.loads(catchup[3]) == within  # the records ride along
+    assert len(fresh) == 3 and window_of_groups(fresh[2]).requests == 10  # on time: the element it always was
     assert pre.counters["records"].n == 60
 
 
@@ -204,7 +103,7 @@ def test_pod_points_behind_the_watermark_within_the_bound_are_grouped_beyond_it_
 
 # ---- WindowGroups ----
 
-def _groups(late_tag=LATE, reduce=window_of_facts):
+def _groups(late_tag=LATE, reduce=window_of_groups):
     return Runtime(F.WindowGroups(reduce, QUIET_MS, 900.0, late_tag, CATCHUP), key_of=F.first)
 
 
@@ -235,7 +134,7 @@ def test_a_catch_up_window_fires_once_after_the_quiet_time_with_every_group():
 def test_on_time_windows_fire_on_their_event_time_timer_exactly_as_without_catch_up():
     records = [_records(A, 0, 30, seed=5), _records(A, 1, 20, seed=6), _records(B, 0, 10, seed=7)]
     results = []
-    for windows in (_groups(), Runtime(F.WindowGroups(window_of_facts), key_of=F.first)):
+    for windows in (_groups(), Runtime(F.WindowGroups(window_of_groups), key_of=F.first)):
         pre = _pre(catchup_ms=900_000)
         pre.watermark = windows.watermark = T0_MS - 1
         for batch in records:
@@ -368,7 +267,7 @@ def test_a_region_delayed_past_idleness_counts_every_request_once_in_its_own_win
     superseded with all three regions."""
     catchup_ms = 30_000
     pre = _pre(catchup_ms)
-    windows = Runtime(F.WindowGroups(window_of_facts, QUIET_MS, catchup_ms / 1000, LATE, CATCHUP), key_of=F.first)
+    windows = Runtime(F.WindowGroups(window_of_groups, QUIET_MS, catchup_ms / 1000, LATE, CATCHUP), key_of=F.first)
     rollup = Runtime(F.RollupWindows(catchup_ms / 1000), key_of=F.global_window_key)
     cumulate = _series_runtime()
     batches, late_records = [], []
