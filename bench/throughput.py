@@ -92,27 +92,27 @@ def cpu_sample(pids: dict[str, int]) -> dict[str, tuple[int, float]]:
     return {name: (tree_ticks(pid), rss_mib(pid)) for name, pid in pids.items()}
 
 
-def busy_cores(rest_url: str) -> dict[str, float]:
-    """Per running Flink job, the cores its tasks keep busy: every vertex's busyTimeMsPerSecond summed over its
-    subtasks (Flink's own measure; in thread mode it includes the Python work). Task managers host several jobs,
-    so this is how one job's share (the detect job's) is told apart from the process CPU above."""
+def busy_cores(rest_url: str) -> dict[str, dict[str, float]]:
+    """Per running Flink job and vertex (a chain of operators), the cores its tasks keep busy: busyTimeMsPerSecond
+    summed over the vertex's subtasks (Flink's own measure; in thread mode it includes the Python work). Task
+    managers host several jobs, so this is how one job's share (the detect job's) is told apart from the process CPU
+    above, and which of its operators spends it."""
     def get(path: str) -> Any:
         with urllib.request.urlopen(f"{rest_url}{path}", timeout=5) as resp:
             return json.loads(resp.read())
 
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {}
     try:
         for job in get("/jobs/overview")["jobs"]:
             if job["state"] != "RUNNING":
                 continue
-            busy = 0.0
+            vertices = out.setdefault(job["name"], {})
             for v in get(f"/jobs/{job['jid']}")["vertices"]:
                 for m in get(f"/jobs/{job['jid']}/vertices/{v['id']}/subtasks/metrics"
                              "?get=busyTimeMsPerSecond&agg=sum"):
                     value = float(m.get("sum", "nan"))
                     if math.isfinite(value):
-                        busy += value / 1000
-            out[job["name"]] = busy
+                        vertices[v["name"]] = vertices.get(v["name"], 0.0) + value / 1000
     except (OSError, ValueError, KeyError):
         pass  # a sample missed: the mean is over the others
     return out
@@ -136,8 +136,8 @@ def run_step(stack, watcher: WindowWatcher, rate: float, step_s: float, pids: di
         behind = max(behind, sim.behind_s)
         for name, (_, rss) in cpu_sample(pids).items():
             peak_rss[name] = max(peak_rss.get(name, 0.0), rss)
-        for name, cores in busy_cores(stack.layout.flink_rest_url).items():
-            busy.setdefault(name, []).append(cores)
+        for name, vertices in busy_cores(stack.layout.flink_rest_url).items():
+            busy.setdefault(name, []).append(vertices)
     after, sim_after, wall = cpu_sample(pids), own_cpu_s(), time.monotonic() - t0
     delivered = sim.stop(flush_s=60)
     cpu = {name: round((after[name][0] - before[name][0]) / CLK_TCK / wall, 3) for name in pids}
@@ -145,7 +145,9 @@ def run_step(stack, watcher: WindowWatcher, rate: float, step_s: float, pids: di
     return {"tag": tag, "offered_rps": rate, "ledger": sim.ledger, "wall_s": wall, "delivered": delivered,
             "achieved_rps": round(sim.ledger.total / wall, 1), "max_behind_s": round(behind, 2),
             "cpu_cores": cpu, "peak_rss_mib": {k: round(v) for k, v in peak_rss.items()},
-            "job_busy_cores": {k: round(float(np.mean(v)), 4) for k, v in busy.items()}}
+            "job_busy_cores": {k: round(float(np.mean([sum(s.values()) for s in v])), 4) for k, v in busy.items()},
+            "vertex_busy_cores": {k: {name: round(float(np.mean([s.get(name, 0.0) for s in v])), 4)
+                                      for name in sorted({n for s in v for n in s})} for k, v in busy.items()}}
 
 
 def bottleneck(step: dict[str, Any], cores: int) -> str:
@@ -300,7 +302,7 @@ def judge(prom_url: str, watcher: WindowWatcher, step: dict[str, Any], max_fresh
            "requests_in_windows_never_seen": missing, "wall_s": round(step["wall_s"], 1),
            "max_behind_s": step["max_behind_s"], "held": held, "not_held_because": not_held,
            "cpu_cores": step["cpu_cores"], "peak_rss_mib": step["peak_rss_mib"],
-           "job_busy_cores": step["job_busy_cores"],
+           "job_busy_cores": step["job_busy_cores"], "vertex_busy_cores": step["vertex_busy_cores"],
            "series_off": counts.to_json()["series_off"],
            "window_lag_s": window_lags(seen,
                                        {(sec * 1000 // WINDOW_MS + 1) * WINDOW_MS for sec in ledger.by_second})}
