@@ -3,9 +3,9 @@ worker (real guardrails) export over OTLP to a regional gateway; the gateway kee
 ``gen_ai.evaluation`` spans in ``infersight.otlp.requests``, also for a trace the sampler dropped; the normalize
 job writes them as evaluation records on ``infersight.evaluations``, keyed to their request, with the sample
 rate, the gateway's region and the request's series; the quality job turns them into quality records on
-``infersight.quality`` (the sampling-weighted mean) and metrics in Prometheus, and dead-letters a malformed
-evaluation record while it keeps running. Both jobs start at the module's start (``--start-ms``): the session's
-topics hold every earlier module's traffic."""
+``infersight.quality`` (the sampling-weighted mean) and metrics in Prometheus, and dead-letters malformed
+evaluation and quality-signals messages while it keeps running. Both jobs start at the module's start
+(``--start-ms``): the session's topics hold every earlier module's traffic."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from infersight.instrumentation.evaluation.guardrails import Guardrails
 from infersight.instrumentation.evaluation.worker import EvaluationWorker, Sampler
 from infersight.schemas import pipeline as P
 from infersight.schemas.quality import PII, REFUSAL, RELEVANCE
-from infersight.schemas.topics import DLQ, EVALUATIONS, QUALITY
+from infersight.schemas.topics import DLQ, EVALUATIONS, QUALITY, QUALITY_SIGNALS
 from infersight.stack import jobs as flink
 from tests.integration.pipeline_util import prom_value, read_all, request_records, since_now_ms, wait_until
 
@@ -122,9 +122,15 @@ def test_the_quality_job_weights_results_by_their_sample_rate_into_kafka_and_pro
     poison, bad_trace = f"{{not json {tag}".encode(), uuid.uuid4().hex
     bad = [{"trace_id": bad_trace, "span_id": "c" * 16, "time_ns": time.time_ns(), "region": region,
             "name": RELEVANCE, "sample_rate": 0.0, "score": 0.5, "model": model}]
+    # and on its other input, the metrics job's signals: a message that is not JSON, a record with no requests
+    signals_poison = f"[{{signals {tag}".encode()
+    bad_signals = {"window_end_ms": 10_000, "window_ms": 10_000, "region": region, "model": model,
+                   "model_version": "v3", "track": "canary", "engine": "vllm", "requests": 0, "signals": {}}
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(EVALUATIONS.name, poison)
     producer.produce(EVALUATIONS.name, json.dumps(bad).encode())
+    producer.produce(QUALITY_SIGNALS.name, signals_poison)
+    producer.produce(QUALITY_SIGNALS.name, json.dumps(bad_signals).encode())
     assert producer.flush(30) == 0
 
     results = [(0.9, 1.0), (0.2, 0.1), (0.6, 0.5), (0.7, 0.25), (0.4, 0.2)]  # (relevance score, sample rate)
@@ -155,4 +161,9 @@ def test_the_quality_job_weights_results_by_their_sample_rate_into_kafka_and_pro
     assert any(d["trace_id"] == bad_trace and "sample_rate" in d["reason"] for d in ours_dead)
     assert any(d["raw_sha256"] == hashlib.sha256(poison).hexdigest() and d["reason"].startswith("payload")
                for d in ours_dead)
+    from_signals = [d for d in ours_dead if d["source"]["topic"] == QUALITY_SIGNALS.name]
+    assert any(d["raw_sha256"] == hashlib.sha256(signals_poison).hexdigest() and d["reason"].startswith("payload")
+               for d in from_signals)
+    bad_sha = hashlib.sha256(json.dumps(bad_signals, separators=(",", ":")).encode()).hexdigest()
+    assert any(d["raw_sha256"] == bad_sha and "requests" in d["reason"] for d in from_signals)
     assert flink.tasks_running(lay, jobs["quality"])  # bad input never stops the job
