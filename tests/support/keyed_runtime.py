@@ -7,7 +7,9 @@ from __future__ import annotations
 import pickle
 
 
-class _Counter:
+class Counter:
+    """A Flink metric counter: ``n`` is what was counted."""
+
     def __init__(self):
         self.n = 0
 
@@ -57,7 +59,7 @@ class Runtime:
         return self
 
     def counter(self, name):
-        return self.counters.setdefault(name, _Counter())
+        return self.counters.setdefault(name, Counter())
 
     # Context, TimerService
     def timer_service(self):

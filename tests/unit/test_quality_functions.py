@@ -15,6 +15,7 @@ from infersight.flink_jobs.quality.core import EngineParams
 from infersight.flink_jobs.quality.stream import engine_key
 from infersight.schemas.quality import RELEVANCE
 from infersight.schemas.units import NS
+from tests.support.keyed_runtime import Counter
 
 T0 = 1_800_000_000
 W = 60
@@ -43,14 +44,6 @@ class _State:
         return list(self.d)
 
 
-class _Counter:
-    def __init__(self):
-        self.n = 0
-
-    def inc(self, n=1):
-        self.n += n
-
-
 class _Runtime:
     def __init__(self):
         self.states, self.counters = [], {}
@@ -65,7 +58,7 @@ class _Runtime:
         return self
 
     def counter(self, name):
-        return self.counters.setdefault(name, _Counter())
+        return self.counters.setdefault(name, Counter())
 
 
 class _Ctx:
