@@ -569,6 +569,14 @@ class EngineParams:
         default_factory=lambda: {name: DetectorParams.for_signal(name) for name in SIGNAL_BY_NAME})
     correlator: CorrelatorParams = field(default_factory=CorrelatorParams)
 
+    @classmethod
+    def with_warmup(cls, windows: int) -> EngineParams:
+        """The defaults with every detector's warm-up, and the history a silence needs, at ``windows``."""
+        if windows < 1:
+            raise ValueError(f"a warm-up of {windows} windows: want at least 1")
+        return cls(established_windows=windows,
+                   detector={name: DetectorParams.for_signal(name, warmup=windows) for name in SIGNAL_BY_NAME})
+
 
 @dataclass
 class Engine:

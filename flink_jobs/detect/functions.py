@@ -14,6 +14,7 @@ from pyflink.datastream import KeyedCoProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
+from infersight.flink_jobs.detect.core import EngineParams
 from infersight.flink_jobs.detect.regions import newer_status
 from infersight.flink_jobs.detect.stream import DetectState, parse, parse_status
 
@@ -28,8 +29,8 @@ class DetectWindows(KeyedCoProcessFunction):
     """Window-stats records (input 1) and region status records (input 2) -> ``("event", json)`` per anomaly,
     incident or notice event, ``("metrics", bytes)`` per window, and dead letters on ``dlq_tag``."""
 
-    def __init__(self, dlq_tag: Any) -> None:
-        self.dlq_tag = dlq_tag
+    def __init__(self, dlq_tag: Any, params: EngineParams | None = None) -> None:
+        self.dlq_tag, self.params = dlq_tag, params
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.pending = runtime_context.get_map_state(
@@ -68,7 +69,7 @@ class DetectWindows(KeyedCoProcessFunction):
         for k in due:
             self.pending.remove(k)
         raw = self.state.value()
-        state = DetectState(pickle.loads(raw) if raw else None)
+        state = DetectState(pickle.loads(raw) if raw else None, self.params)
         state.region_statuses(list(self.statuses.values()))
         events, metrics, _bad = state.windows(rows)
         self.state.update(pickle.dumps(state.to_state(), protocol=pickle.HIGHEST_PROTOCOL))

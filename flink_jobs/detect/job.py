@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 
+from infersight.flink_jobs.detect.core import EngineParams
 from infersight.flink_jobs.detect.stream import JOB
 from infersight.schemas.topics import ANOMALIES, DLQ, METRICS, REGION_STATUS, WINDOW_STATS
 
 
 def build(env, brokers: str, group_id: str, out_of_orderness_s: float, idle_s: float, quiet_s: float,
           input_topic: str = WINDOW_STATS.name, exactly_once: bool = True, start_ms: int | None = None,
-          region_status_topic: str = REGION_STATUS.name) -> None:
+          region_status_topic: str = REGION_STATUS.name, warmup_windows: int = EngineParams().established_windows
+          ) -> None:
     from pyflink.common import Duration, Types, WatermarkStrategy
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
@@ -38,8 +40,9 @@ def build(env, brokers: str, group_id: str, out_of_orderness_s: float, idle_s: f
         kafka_source(brokers, region_status_topic, f"{group_id}-region-status", earliest=True),
         WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(int(idle_s * 1000))),
         "region-status")
+    detect = F.DetectWindows(dlq_tag, EngineParams.with_warmup(warmup_windows))
     out = (windows.connect(statuses).key_by(F.fleet_key, F.fleet_key, key_type=Types.STRING())
-           .process(F.DetectWindows(dlq_tag), output_type=Types.PICKLED_BYTE_ARRAY()).name("detect"))
+           .process(detect, output_type=Types.PICKLED_BYTE_ARRAY()).name("detect"))
     (out.filter(F.is_event).map(F.second, output_type=Types.STRING()).name("events")
      .sink_to(kafka_sink(brokers, ANOMALIES.name, group_id, exactly_once=exactly_once)).name(ANOMALIES.name))
     (out.filter(F.is_metrics).map(F.second, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE())).name("detect-metrics")
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> None:
                              "window may come (the metrics job closes request and pod windows separately)")
     parser.add_argument("--idle-s", type=float, default=30.0, help="a source partition silent this long is idle")
     parser.add_argument("--checkpoint-s", type=float, default=5.0, help="checkpoint interval (events' latency)")
+    parser.add_argument("--warmup-windows", type=int, default=EngineParams().established_windows,
+                        help="windows of a series' history before its detectors may alert and its silence counts "
+                             "(fewer: alerts sooner after a deployment, on a less settled baseline)")
     add_quiet_option(parser)
     add_start_option(parser)
     add_jars_option(parser)
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     env = execution_environment(args.jars)
     env.enable_checkpointing(int(args.checkpoint_s * 1000))
     build(env, args.brokers, args.group_id, args.out_of_orderness_s, args.idle_s, args.quiet_s, args.input_topic,
-          start_ms=args.start_ms, region_status_topic=args.region_status_topic)
+          start_ms=args.start_ms, region_status_topic=args.region_status_topic, warmup_windows=args.warmup_windows)
     env.execute(JOB)
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from pyflink.common import Types
 from pyflink.common.watermark_strategy import TimestampAssigner
-from pyflink.datastream import KeyedProcessFunction, ProcessFunction, ProcessWindowFunction
-from pyflink.datastream.functions import AggregateFunction, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, ProcessFunction
+from pyflink.datastream.functions import RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from infersight.flink_jobs.common.cardinality import DEFAULT_SPAN_MS, GAUGE_LABELS, REQUEST_LABELS, LabelLimiter
@@ -149,6 +149,7 @@ class PreAggregatePods(ProcessFunction):
 
 
 _FIRED = -1  # WindowGroups' status of a window that has fired (else: None, or a catch-up timer's deadline, ms)
+_WAITING = -2  # UnitCostWindows': the watermark passed with one half only
 
 
 class WindowGroups(KeyedProcessFunction):
@@ -388,33 +389,65 @@ class CumulatePods(KeyedProcessFunction):
         if in_order:
             yield "metrics", key, core.encode_pods(key, end_ns, pods, totals, totals["start_ns"])
         if len(value) == 3:  # not a catch-up window: its cost joins the unit-cost window
-            yield "cost", key, cost
+            yield "cost", key, cost, end_ns
 
 
-class UnitCost(ProcessWindowFunction):
-    """Joins a deployment's (or roll-up's) window cost and output tokens: ``[$, tokens]`` -> $ per 1M output
-    tokens."""
+class UnitCostWindows(KeyedProcessFunction):
+    """Per deployment (or roll-up) and window, keyed by ``unit_cost_key``: its cost (``("cost", key, $, end ns)``
+    from ``CumulatePods``) and output tokens (``("tokens", key, n, end ns)``, ``output_tokens``) joined into $ per
+    1M output tokens, one result per window, stamped with the window's end.
 
-    def process(self, key: str, context: ProcessWindowFunction.Context, elements: Any):
-        for cost, tokens in elements:
-            encoded = core.encode_unit_cost(key, context.window().end * MS, cost, int(tokens))
-            if encoded is not None:
-                yield encoded
+    Hand-written, not a Flink window: cost and tokens come from two sources, and while one is idle (a quiet spell
+    of requests beside pods that report every scrape) the other alone moves the watermark on, so a window fired
+    with one half and dropped the other, arriving after, as late (no unit cost at all). Here a window answers at
+    the watermark if both halves came; if not, it waits: a half arriving behind the watermark arms a
+    processing-time timer ``settle_ms`` after it (re-armed per half, so the rest of its burst joins it, as
+    ``WindowGroups``' catch-up windows do), and the window answers then if both halves are in. A window that
+    answered remembers it: a half after that is counted (``late_unit_cost_tokens``: tokens; cost is in the pods'
+    own counters), never a second value for one timestamp. State expires ``wait_s`` after its last write: the
+    longest a half waits for the other (a window without requests never answers: no figure, not $0)."""
 
+    def __init__(self, settle_ms: int, wait_s: float) -> None:
+        self.settle_ms, self.wait_s = settle_ms, wait_s
 
-class SumPair(AggregateFunction):
-    def create_accumulator(self) -> list[float]:
-        return [0.0, 0.0]
+    def open(self, runtime_context: RuntimeContext) -> None:
+        # (cost $, output tokens, status: None on time | a settle timer's deadline | _WAITING | _FIRED)
+        self.window = runtime_context.get_state(_expiring(
+            ValueStateDescriptor("unit-cost", Types.PICKLED_BYTE_ARRAY()), self.wait_s))
+        self.late_tokens = runtime_context.get_metrics_group().counter("late_unit_cost_tokens")
 
-    def add(self, value: Any, acc: list[float]) -> list[float]:
-        acc[0 if value[0] == "cost" else 1] += value[2]
-        return acc
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        cost, tokens, status = self.window.value() or (0.0, 0.0, None)
+        if status == _FIRED:
+            if value[0] == "tokens":
+                self.late_tokens.inc(int(value[2]))
+            return
+        if value[0] == "cost":
+            cost += value[2]
+        else:
+            tokens += value[2]
+        timers = ctx.timer_service()
+        if value[3] // MS - 1 > timers.current_watermark():  # on time: the window's event-time timer
+            timers.register_event_time_timer(value[3] // MS - 1)
+        else:  # behind the watermark: answer once its burst is in
+            if status is not None and status > 0:
+                timers.delete_processing_time_timer(status)
+            status = timers.current_processing_time() + self.settle_ms
+            timers.register_processing_time_timer(status)
+        self.window.update((cost, tokens, status))
 
-    def get_result(self, acc: list[float]) -> list[float]:
-        return acc
-
-    def merge(self, a: list[float], b: list[float]) -> list[float]:
-        return [a[0] + b[0], a[1] + b[1]]
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        state = self.window.value()
+        if state is None:  # expired
+            return
+        cost, tokens, status = state
+        if status == _FIRED or (status is not None and status > 0 and status != timestamp):
+            return  # answered, or a settle timer armed since is due later
+        key, end_ms = split_timed_key(ctx.get_current_key())
+        encoded = core.encode_unit_cost(key, end_ms * MS, cost, int(tokens))
+        self.window.update((cost, tokens, _FIRED if encoded is not None else _WAITING))
+        if encoded is not None:
+            yield encoded
 
 
 class CountLate(KeyedProcessFunction):
@@ -440,11 +473,11 @@ class CountLate(KeyedProcessFunction):
 
 
 def output_tokens(t: Any):
-    """A regional window's output tokens -> ``("tokens", key, n)`` for its deployment and the roll-ups (what the
-    pods' cost of each key is divided by)."""
+    """A regional window's output tokens -> ``("tokens", key, n, end ns)`` for its deployment and the roll-ups
+    (what the pods' cost of each key is divided by)."""
     tokens = float(t[2].tokens["output"])
     for key in deployment_rollups(deployment_of_series(t[0])):
-        yield "tokens", key, tokens
+        yield "tokens", key, tokens, t[1]
 
 
 class CountLateTokens(ProcessFunction):
@@ -516,6 +549,11 @@ def is_metrics(t: Any) -> bool:
 
 def is_cost(t: Any) -> bool:
     return t[0] == "cost"
+
+
+def unit_cost_key(t: Any) -> str:
+    """A cost or tokens half's ``UnitCostWindows`` key: its deployment (or roll-up) and window end."""
+    return timed_key(t[1], t[3] // MS)
 
 
 class WindowStatsRecords:

@@ -47,10 +47,9 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
           client_calls_topic: str = CLIENT_CALLS.name, client_timeout_s: float = client_join.DEFAULT_TIMEOUT_S,
           client_tolerance_s: float = client_join.DEFAULT_TOLERANCE_S, catchup_s: float = CATCHUP_S,
           catchup_quiet_s: float = CATCHUP_QUIET_S, quality_signals_topic: str = QUALITY_SIGNALS.name) -> None:
-    from pyflink.common import Time, Types, WatermarkStrategy
+    from pyflink.common import Types, WatermarkStrategy
     from pyflink.common.serialization import ByteArraySchema
     from pyflink.datastream import OutputTag
-    from pyflink.datastream.window import TumblingEventTimeWindows
 
     from infersight.flink_jobs.common.cardinality import GAUGE_LABELS, REQUEST_LABELS, limits_of
     from infersight.flink_jobs.common.kafka_io import event_time, kafka_sink, kafka_source
@@ -64,8 +63,9 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
     # catch-up windows (a delayed region's backlog within the bound): fired by processing time once quiet; the
     # state remembering fired windows (and the roll-up's merged windows) lasts as long as the bound
     quiet_ms, catchup_ttl_s = (int(catchup_quiet_s * 1000), catchup_s) if catchup_ms > 0 else (0, 0.0)
-    def windows():  # a fresh assigner per window: a used one holds an unpicklable Java handle
-        return TumblingEventTimeWindows.of(Time.milliseconds(window_ms))
+    # unit cost: a half behind the watermark answers this long after its burst's last; a half waits this long for
+    # the other (a source quiet for quiet_s trails the other by about that much: its reader follows the wall clock)
+    unit_settle_ms, unit_wait_s = int(catchup_quiet_s * 1000), 2 * quiet_s + window_s
 
     def pickled():  # fresh type objects too: a used one holds a Java handle
         return Types.PICKLED_BYTE_ARRAY()
@@ -122,12 +122,13 @@ def build(env, brokers: str, group_id: str, window_s: float, out_of_orderness_s:
                    .key_by(F.first, key_type=Types.STRING())
                    .process(F.CumulatePods(window_ns, pricing, state_ttl_s), output_type=pickled()).name("pod-metrics"))
     pod_out = pod_results.filter(F.is_metrics).map(F.third, output_type=byte_array())
-    # unit cost is a Flink window (event time): on-time windows only; a catch-up window's cost and tokens are
-    # counted (pod-windows' catchup_windows, late_unit_cost_tokens), never placed in a wrong window
+    # unit cost joins on-time windows' cost and tokens, either half waiting for the other; a catch-up window's
+    # cost and tokens are counted (pod-windows' catchup_windows, late_unit_cost_tokens), never placed in a wrong
+    # window
     tokens = on_time.flat_map(F.output_tokens, output_type=pickled())
     costs = pod_results.filter(F.is_cost)
-    unit_out = (costs.union(tokens).key_by(F.second, key_type=Types.STRING()).window(windows())
-                .aggregate(F.SumPair(), F.UnitCost(), accumulator_type=pickled(), output_type=byte_array())
+    unit_out = (costs.union(tokens).key_by(F.unit_cost_key, key_type=Types.STRING())
+                .process(F.UnitCostWindows(unit_settle_ms, unit_wait_s), output_type=byte_array())
                 .name("unit-cost"))
     late_tokens = catchup.process(F.CountLateTokens(), output_type=byte_array()).name("late-unit-cost-tokens")
 

@@ -95,15 +95,19 @@ def watermarks(rest_url: str, job_id: str) -> dict[str, float]:
 
 
 def vertex_metrics(rest_url: str, job_id: str, vertex: str, names: tuple[str, ...]) -> dict[str, float]:
-    """Sums over the subtasks of the vertices whose name contains ``vertex`` (e.g. ``numLateRecordsDropped``)."""
+    """Sums over the subtasks of the vertices whose name contains ``vertex``, of every metric whose id ends with
+    one of ``names`` (a task's ``numRecordsIn``, an operator's ``unit-cost.numLateRecordsDropped``, a Python
+    function's ``catchup_windows``: operator metrics carry their operator's name in the id)."""
     out: dict[str, float] = {}
     try:
         for v in _get(f"{rest_url}/jobs/{job_id}")["vertices"]:
             if vertex not in v["name"]:
                 continue
-            query = urllib.parse.quote(",".join(names))
-            for m in _get(f"{rest_url}/jobs/{job_id}/vertices/{v['id']}/subtasks/metrics?get={query}&agg=sum"):
-                out[m["id"]] = out.get(m["id"], 0.0) + float(m["sum"])
+            url = f"{rest_url}/jobs/{job_id}/vertices/{v['id']}/subtasks/metrics"
+            ids = [m["id"] for m in _get(url) if m["id"].endswith(names)]
+            if ids:
+                for m in _get(f"{url}?get={urllib.parse.quote(','.join(ids))}&agg=sum"):
+                    out[m["id"]] = out.get(m["id"], 0.0) + float(m["sum"])
     except (OSError, KeyError, ValueError) as exc:
         out[f"unreadable: {exc}"] = 0.0
     return out

@@ -14,7 +14,8 @@ from infersight.schemas import attributes as A
 from infersight.schemas import metrics as M
 from infersight.schemas import pipeline as P
 from infersight.schemas.records import RequestRecord
-from infersight.schemas.units import NS
+from infersight.schemas.topics import PODS, REQUESTS
+from infersight.schemas.units import MS, NS
 from tests.integration.diagnostics import vertex_metrics, watermarks
 from tests.integration.pipeline_util import (
     Jobs,
@@ -40,6 +41,30 @@ def jobs(stack):
     j.stop_quietly()
 
 
+def newest_ms(bootstrap: str, topic: str, since_ms: int) -> int:
+    """The newest Kafka timestamp among ``topic``'s records stamped at or after ``since_ms`` (0: none)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"newest-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        starts = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=10)
+        newest = 0
+        for tp in starts:
+            high = consumer.get_watermark_offsets(tp, timeout=10)[1]
+            if 0 <= tp.offset < high:
+                consumer.assign([tp])
+                # a transactional topic ends in a commit marker, never delivered: a short poll ends the partition
+                while (msg := consumer.poll(2)) is not None and not msg.error():
+                    newest = max(newest, msg.timestamp()[1])
+                    if msg.offset() >= high - 1:
+                        break
+        return newest
+    finally:
+        consumer.close()
+
+
 def batch(model: str, n: int, end_ns: int, seed: int) -> list[RequestRecord]:
     """``n`` records of ``model`` ending in the 8 s before ``end_ns``, in event-time order."""
     return sorted(sample_records(n, end_ns - 8 * NS, 8.0, seed=seed, models=(model,)), key=lambda r: r.end_ns)
@@ -52,11 +77,14 @@ def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, 
     bootstrap, prom_url = stack.layout.kafka_bootstrap, stack.layout.prometheus_url
     tag = uuid.uuid4().hex[:6]
     region, model, flush_region = f"pods-{tag}", f"pods-{tag}", f"pods-flush-{tag}"
-    # The next window but one: this module's jobs have seen nothing before (a module of its own, because after
+    # The next window but one after now and after anything the jobs read (a module of its own, because after
     # test_flink_jobs' tests the jobs' watermarks stood ahead of now, and records placed after them closed their
     # windows only when the wall clock caught up: a source reader with nothing to read holds event time at the
-    # wall clock less --quiet-s)
-    ahead = time.time_ns() + 2 * WINDOW_S * NS
+    # wall clock less --quiet-s). Fresh jobs start at the module's start time, but by Kafka timestamp, which is
+    # event time on the jobs' inputs: an earlier module's records stamped ahead of it are read too, and records
+    # placed behind them would be a delayed region's catch-up windows, which unit cost leaves out.
+    ahead = max(time.time_ns(), *(newest_ms(bootstrap, t.name, jobs.start_ms) * MS for t in (REQUESTS, PODS)))
+    ahead += 2 * WINDOW_S * NS
     start = (ahead // (WINDOW_S * NS) + 1) * WINDOW_S * NS
     end_s = start / NS + WINDOW_S
 
@@ -98,14 +126,17 @@ def test_pod_gauges_and_cost_roll_up_per_deployment_region_and_everywhere(jobs, 
     depth = P.POD_GAUGES[M.QUEUE_DEPTH].name
     unit_cost = series(P.USD_PER_1M_OUTPUT_TOKENS, region=region, model=P.ALL_DEPLOYMENTS)
 
+    metrics_job = jobs.ids["infersight.flink_jobs.metrics.job"]
+
     def what_there_is():  # CI keeps only this message: what did arrive, and how far the jobs' watermarks are
         names = prom(prom_url, f'count by (__name__) ({{region=~"{region}|{flush_region}"}})', end_s + 60)
         return {"window_end_s": end_s, "now_s": round(time.time()), "flushed_to_s": at[0] / NS,
                 "series": sorted(f"{n['metric'].get('__name__', '')}:{n['value'][1]}" for n in names),
                 "late_now": prom_value(prom_url, f'{P.prom(P.LATE_RECORDS)}{{region="{region}"}}'),
-                "unit_cost_operator": vertex_metrics(stack.layout.flink_rest_url,
-                                                     jobs.ids["infersight.flink_jobs.metrics.job"], "unit-cost",
-                                                     ("numLateRecordsDropped", "numRecordsIn", "numRecordsOut")),
+                "operators": {v: vertex_metrics(stack.layout.flink_rest_url, metrics_job, v,
+                                                ("numRecordsIn", "numRecordsOut", "catchup_windows", "late_groups",
+                                                 "late_unit_cost_tokens"))
+                              for v in ("regional-windows", "pod-windows", "unit-cost")},
                 "unit_cost_any_time": prom(prom_url, f'count by (__name__, model, track) '
                                                      f'(last_over_time({P.prom(P.USD_PER_1M_OUTPUT_TOKENS)}'
                                                      f'{{region="{region}"}}[1h]))', end_s + 600),

@@ -7,7 +7,9 @@ import json
 import math
 import random
 
-from infersight.flink_jobs.detect.core import Detector, DetectorParams
+import pytest
+
+from infersight.flink_jobs.detect.core import Detector, DetectorParams, EngineParams
 
 P_UP = DetectorParams.for_signal("ttft_p99")
 P_ERR = DetectorParams.for_signal("error_ratio")
@@ -27,6 +29,18 @@ def test_warm_up_is_silent_even_on_wild_values():
     d = Detector()
     out = feed(d, [0.2, 5.0, 0.1, 9.0] * 7, P_UP)  # 28 windows < warm-up of 30
     assert all(ev is None and z == 0.0 for z, ev in out)
+
+
+def test_a_shorter_warm_up_alerts_on_a_jump_the_default_still_learns_through():
+    """The detect job's --warmup-windows: every signal's detectors and the silence rule take it."""
+    short = EngineParams.with_warmup(12)
+    assert short.established_windows == 12 and {p.warmup for p in short.detector.values()} == {12}
+    assert short.detector["ttft_p99"] == DetectorParams.for_signal("ttft_p99", warmup=12)
+    values = noisy(14) + [0.6] * 3  # TTFT triples after 14 windows
+    assert [ev for _, ev in feed(Detector(), values, short.detector["ttft_p99"]) if ev] == ["onset"]
+    assert [ev for _, ev in feed(Detector(), values, P_UP) if ev] == []  # 17 windows: the default's warm-up
+    with pytest.raises(ValueError, match="at least 1"):
+        EngineParams.with_warmup(0)
 
 
 def test_flat_series_do_not_explode():

@@ -214,12 +214,12 @@ def test_a_regional_windows_output_tokens_count_for_its_deployment_and_every_rol
     series = keys.series_key({"region": "us-east-1", "model": "llama", "model_version": "v1", "track": "canary",
                               "engine": "vllm"})
     stats = window_of(records(50))
-    out = list(F.output_tokens((series, 0, stats)))
-    assert [key for _kind, key, _n in out] == list(keys.deployment_rollups(keys.deployment_of_series(series)))
-    assert {tuple(keys.deployment_labels(k).values()) for _, k, _ in out} == {
+    out = list(F.output_tokens((series, 20 * 10**9, stats)))
+    assert [key for _kind, key, _n, _end in out] == list(keys.deployment_rollups(keys.deployment_of_series(series)))
+    assert {tuple(keys.deployment_labels(k).values()) for _, k, _, _ in out} == {
         ("us-east-1", "llama", "v1", "canary"), ("us-east-1", "all", "all", "all"),
         ("global", "llama", "v1", "canary"), ("global", "all", "all", "all")}
-    assert all(kind == "tokens" and n == stats.tokens["output"] for kind, _k, n in out)
+    assert all(kind == "tokens" and n == stats.tokens["output"] and end == 20 * 10**9 for kind, _k, n, end in out)
 
 
 def test_a_request_delivered_twice_counts_once_in_its_window():
