@@ -3,7 +3,12 @@
 ``OTEL_*`` variables) to a regional gateway of the local stack. A streaming chat request carries a W3C
 ``traceparent``; its request span and stage spans must arrive on the ``infersight.otlp.spans`` Kafka
 topic in that trace, with the gateway's region stamped. vLLM's own tracing is off here, so the trace
-context comes through the plugin's capture of the request's headers."""
+context comes through the plugin's capture of the request's headers.
+
+The LLM judge runs against the same server (one start-up of vLLM, a minute or more here, for both): its ratings
+from the tiny random model mean nothing; the path is real: rubric prompts over HTTP, tolerant parsing of whatever
+the model writes (parsed or counted as unparsed, never raised), judge tokens counted, and a timeout that returns a
+failed result instead of hanging or raising."""
 
 from __future__ import annotations
 
@@ -16,7 +21,10 @@ import pytest
 import requests
 
 from infersight.flink_jobs.normalize.otlp_spans import iter_spans
+from infersight.instrumentation.evaluation.base import Sample
+from infersight.instrumentation.evaluation.llm_judge import LLMJudge
 from infersight.schemas import attributes as A
+from infersight.schemas.quality import FAITHFULNESS, HARMFULNESS, RELEVANCE
 from infersight.schemas.topics import OTLP_SPANS
 from tests.integration.kafka_util import consume_until
 
@@ -40,7 +48,8 @@ def server(stack, region, tmp_path_factory):
                      extra={"OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_RESOURCE_ATTRIBUTES": "cloud.region=moon-1"})
     env.pop("VLLM_PLUGINS", None)
     os.environ.pop("VLLM_PLUGINS", None)  # the entry point must load by itself
-    with OpenAIServer(build_tiny_model(), env=env, log_path=scratch / "server.log") as srv:
+    # start-up is 25-150 s here, longer on a machine shared with other test runs
+    with OpenAIServer(build_tiny_model(), env=env, log_path=scratch / "server.log", startup_timeout_s=480) as srv:
         yield srv
 
 
@@ -104,3 +113,34 @@ def test_plugin_loaded_from_entry_point_exports_stage_spans_to_region(stack, reg
     server_itl = root["attributes"][A.ITL_MEAN]
     assert root["attributes"][A.ITL_COUNT] == MAX_TOKENS - 1
     assert abs(server_itl - client_itl) <= 0.005 + 0.3 * client_itl, (server_itl, client_itl)
+
+
+# ---- the LLM judge against the same server ----
+
+SAMPLE = Sample("chat", "What is the capital of France?", "Paris is the capital of France.",
+                context="France's capital and largest city is Paris.")
+
+
+def test_rubrics_parse_or_count_and_tokens_are_counted(server):
+    judge = LLMJudge(server.url + "/v1", server.model, timeout_s=60, max_retries=1, max_tokens=12)
+    results = judge.evaluate(SAMPLE)
+    assert [r.name for r in results] == [RELEVANCE, FAITHFULNESS, HARMFULNESS]
+    for r in results:
+        assert (r.score is not None and 0.0 <= r.score <= 1.0) or r.label == "unparsed", r
+    u = judge.usage
+    assert u.calls == 3 and u.failures == 0
+    assert u.unparsed == sum(r.label == "unparsed" for r in results)
+    assert u.prompt_tokens > 3 * 20 and 0 < u.completion_tokens <= 3 * 12
+    # without a context there is nothing to be faithful to: that rubric is skipped
+    no_ctx = judge.evaluate(Sample("chat", SAMPLE.question, SAMPLE.answer))
+    assert [r.name for r in no_ctx] == [RELEVANCE, HARMFULNESS]
+
+
+def test_a_timeout_is_a_failed_result_not_an_exception(server):
+    # a deadline on the whole answer: 320 tokens take this server ~0.7 s (the HTTP client's timeout alone, which
+    # bounds each socket wait, let such an answer through under 50 ms and even 1 ms)
+    judge = LLMJudge(server.url + "/v1", server.model, timeout_s=0.05, max_retries=1, rubrics=(RELEVANCE,),
+                     max_tokens=320)
+    (r,) = judge.evaluate(SAMPLE)
+    assert r.score is None and r.label == "judge_error" and "Timeout" in (r.explanation or "")
+    assert judge.usage.failures == 1 and judge.usage.prompt_tokens == 0
