@@ -149,7 +149,6 @@ class PreAggregatePods(ProcessFunction):
 
 
 _FIRED = -1  # WindowGroups' status of a window that has fired (else: None, or a catch-up timer's deadline, ms)
-_WAITING = -2  # UnitCostWindows': the watermark passed with one half only
 
 
 class WindowGroups(KeyedProcessFunction):
@@ -411,7 +410,7 @@ class UnitCostWindows(KeyedProcessFunction):
         self.settle_ms, self.wait_s = settle_ms, wait_s
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        # (cost $, output tokens, status: None on time | a settle timer's deadline | _WAITING | _FIRED)
+        # (cost $, output tokens, status: None unanswered, no settle timer | a settle timer's deadline | _FIRED)
         self.window = runtime_context.get_state(_expiring(
             ValueStateDescriptor("unit-cost", Types.PICKLED_BYTE_ARRAY()), self.wait_s))
         self.late_tokens = runtime_context.get_metrics_group().counter("late_unit_cost_tokens")
@@ -445,7 +444,7 @@ class UnitCostWindows(KeyedProcessFunction):
             return  # answered, or a settle timer armed since is due later
         key, end_ms = split_timed_key(ctx.get_current_key())
         encoded = core.encode_unit_cost(key, end_ms * MS, cost, int(tokens))
-        self.window.update((cost, tokens, _FIRED if encoded is not None else _WAITING))
+        self.window.update((cost, tokens, _FIRED if encoded is not None else None))
         if encoded is not None:
             yield encoded
 
