@@ -16,7 +16,10 @@ from two independent views, fed in by the service with the time of its own clock
 The status, in this order (the first that holds):
 
 1. ``link_delayed`` (cause ``link``): no probe answered for ``link_timeout_s``; whatever the gateways do, the
-   global side cannot know, so a cut link is never called down;
+   global side cannot know, so a cut link is never called down. Also for up to ``beacons_timeout_s`` after such
+   an outage if the region's beacon topic did not grow through it (its broker was down: the gateways queue on
+   disk, and until their retries land the region's newest beacon is as old as the mirrored one, which would
+   read as a mirror keeping up);
 2. ``link_delayed`` (cause ``mirror``): the probe answers but the mirrored beacons lag the region's by more than
    ``lag_bound_s``, or the backlog is more than ``lag_bound_s`` of the region's write rate (MM2 draining after a
    heal, slow, or down);
@@ -77,6 +80,7 @@ class RegionJudge:
         self.last_failure: str = ""
         self.beacon_end: int | None = None
         self.beacon_grew_at: float | None = None
+        self.queued_since: float | None = None  # first answer after an outage the beacon topic did not grow through
         self.regional_newest_ms: int | None = None
         self.regional_beacon_seen_at: float | None = None  # first answer that showed a beacon in the region
         self.mirrored_newest_ms: int | None = None
@@ -99,6 +103,10 @@ class RegionJudge:
             # meanwhile and retry on their own backoff, so they get the benefit of the doubt again (measured: a
             # regional broker back answered 3-4 s before the queued beacons landed, and read as gateways_down)
             self.beacon_grew_at = p.at
+            if self.beacon_end is not None and p.beacon_end == self.beacon_end:
+                self.queued_since = p.at
+        if self.beacon_end is not None and p.beacon_end != self.beacon_end:  # grown, or a recreated topic
+            self.queued_since = None
         if self.beacon_end is not None and p.beacon_end < self.beacon_end:  # a recreated topic: start over
             self.beacon_grew_at = p.at
         self.beacon_end = p.beacon_end
@@ -199,6 +207,10 @@ class RegionJudge:
             why = f" ({self.last_failure})" if self.last_failure else ""
             return RS.LINK_DELAYED, RS.CAUSE_LINK, f"the regional cluster has not answered through the link for " \
                                                    f"{since}{why}: its telemetry is delayed, not known lost"
+        if self.queued_since is not None and now - self.queued_since < self.t.beacons_timeout_s:
+            return RS.LINK_DELAYED, RS.CAUSE_LINK, "the regional cluster answers again, but no beacon the gateways " \
+                                                   "queued while it could not be reached has landed yet: its " \
+                                                   "telemetry is delayed, not known lost"
         lag = self._measured_lag(now)
         if lag > self.t.lag_bound_s:
             return RS.LINK_DELAYED, RS.CAUSE_MIRROR, f"the link answers; the mirrored beacons are {lag:.0f} s " \
