@@ -351,6 +351,13 @@ def server_dry_run(tools: dict[str, Path], rendered: list[tuple[str, list[dict]]
                      ["create", "namespace", "infersight"],
                      ["-n", "infersight", "create", "serviceaccount", "flink"]):
             proc = api.kubectl(*step)
+            deadline = time.monotonic() + 60
+            # kubectl wait fails at once, not waits, on a CRD the server has not given conditions yet
+            # (".status.conditions accessor error: <nil>"): ask again until the deadline.
+            while (proc.returncode != 0 and step[0] == "wait" and "accessor error" in proc.stdout + proc.stderr
+                   and time.monotonic() < deadline):
+                time.sleep(0.5)
+                proc = api.kubectl(*step)
             if proc.returncode != 0:
                 raise CheckFailed(f"kubectl {' '.join(step[:2])} failed: {(proc.stdout + proc.stderr)[-2000:]}")
         for case, objects in rendered:
